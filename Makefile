@@ -1,0 +1,56 @@
+# Transformers from Scratch: two commands on a fresh machine.
+#   make lab    create .venv on first use, install, open JupyterLab on the course
+#   make test   the same set-up, then the whole test suite
+# Variables: PYTHON (interpreter used to create .venv), NO_BROWSER=1 (headless lab),
+#            PORT (lab port), TORCH_VERSION.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+TORCH_VERSION ?= 2.13.0
+PORT   ?= 8888
+STAMP  := $(VENV)/.installed-stamp
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: lab test install release check grade bench course clean help
+
+help:
+	@sed -n '1,8p' Makefile
+
+$(STAMP): pyproject.toml tools/install_torch.py
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) tools/install_torch.py $(TORCH_VERSION)
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --port=$(PORT) \
+		$(if $(NO_BROWSER),--no-browser --ServerApp.ip=127.0.0.1,) \
+		--ServerApp.default_url=/lab/tree/notebooks
+
+test: $(STAMP)
+	$(PY) tools/ensure_browser.py || true
+	$(PY) -m pytest -q tests
+
+release: $(STAMP)
+	$(BIN)/tfs-grade release
+
+check: $(STAMP)
+	$(BIN)/tfs-grade check
+
+# make grade SUBMISSIONS=path/to/folder-or.zip [OUT=grading]
+grade: $(STAMP)
+	$(BIN)/tfs-grade grade $(SUBMISSIONS) --out $(or $(OUT),grading)
+
+course: $(STAMP)
+	$(BIN)/tfs-grade course $(or $(DIR),instructor)
+
+bench: $(STAMP)
+	$(PY) tools/bench.py
+
+clean:
+	rm -rf grading instructor .pytest_cache build *.egg-info

@@ -1,0 +1,113 @@
+"""tfs-grade: the instructor's command.
+
+    tfs-grade build                 solutions/src/*.py -> solutions/*.ipynb
+    tfs-grade release               build, then nbgrader generate_assignment -> notebooks/
+    tfs-grade check                 fail if solutions/ or notebooks/ are stale
+    tfs-grade grade SUBMISSIONS     autograde a folder or zip; write grades.csv, feedback, report
+    tfs-grade course DIR            make an nbgrader course directory (for the formgrader)
+"""
+from __future__ import annotations
+
+import argparse
+import filecmp
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from . import build, course
+
+
+def release(out_dir: Path = course.NOTEBOOKS, names=None, log=print) -> list[Path]:
+    build.build_all(course.SOURCES, course.SOLUTIONS)
+    names = names or course.assignments()
+    with tempfile.TemporaryDirectory(prefix="tfs-release-") as tmp:
+        root = course.make_course(Path(tmp), names)
+        course.generate(root, names)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        written = []
+        for a in names:
+            src = root / "release" / a / f"{a}.ipynb"
+            dst = out_dir / f"{a}.ipynb"
+            shutil.copyfile(src, dst)
+            written.append(dst)
+            log(f"released {dst.relative_to(course.REPO) if dst.is_relative_to(course.REPO) else dst}")
+    return written
+
+
+def stale() -> list[str]:
+    """Names of generated files that differ from what the sources give now."""
+    problems = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        built = build.build_all(course.SOURCES, tmp / "solutions")
+        for p in built:
+            committed = course.SOLUTIONS / p.name
+            if not committed.exists() or not filecmp.cmp(p, committed, shallow=False):
+                problems.append(f"solutions/{p.name} is stale: run `make release`")
+        extra = {p.name for p in course.SOLUTIONS.glob("[0-9][0-9]_*.ipynb")} - {p.name for p in built}
+        problems += [f"solutions/{n} has no source in solutions/src/" for n in sorted(extra)]
+        if problems:
+            return problems
+        rel = release(tmp / "notebooks", log=lambda *_: None)
+        for p in rel:
+            committed = course.NOTEBOOKS / p.name
+            if not committed.exists() or not filecmp.cmp(p, committed, shallow=False):
+                problems.append(f"notebooks/{p.name} is stale: run `make release`")
+        extra = {p.name for p in course.NOTEBOOKS.glob("*.ipynb")} - {p.name for p in rel}
+        problems += [f"notebooks/{n} is not generated from solutions/" for n in sorted(extra)]
+    return problems
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="tfs-grade", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("build", help="solutions/src/*.py -> solutions/*.ipynb")
+    sub.add_parser("release", help="build, then regenerate notebooks/ with nbgrader")
+    sub.add_parser("check", help="exit 1 if solutions/ or notebooks/ are stale")
+    g = sub.add_parser("grade", help="grade a folder or zip of submissions")
+    g.add_argument("submissions", type=Path)
+    g.add_argument("--out", type=Path, default=Path("grading"), help="output folder (default ./grading)")
+    g.add_argument("--assignment", "-a", action="append", help="grade only these (repeatable)")
+    g.add_argument("--db-url", help="gradebook URL (default: SQLite in OUT/course)")
+    g.add_argument("--timeout", type=int, default=120, help="seconds per cell (default 120)")
+    g.add_argument("--notebook-timeout", type=int, default=900,
+                   help="seconds per notebook before the run is killed (default 900)")
+    g.add_argument("--mem-gb", type=float, default=6.0, help="memory cap per grading run (GiB)")
+    c = sub.add_parser("course", help="make an nbgrader course directory for the formgrader")
+    c.add_argument("dir", type=Path)
+    a = ap.parse_args(argv)
+
+    if a.cmd == "build":
+        for p in build.build_all(course.SOURCES, course.SOLUTIONS):
+            print(f"built {p.relative_to(course.REPO)}")
+    elif a.cmd == "release":
+        release()
+    elif a.cmd == "check":
+        problems = stale()
+        for p in problems:
+            print(p)
+        if problems:
+            return 1
+        print("solutions/ and notebooks/ are current")
+    elif a.cmd == "grade":
+        from .grade import grade
+        items = grade(a.submissions, a.out, names=a.assignment, db_url=a.db_url,
+                      timeout=a.timeout, notebook_timeout=a.notebook_timeout, mem_gb=a.mem_gb)
+        flagged = [it for it in items if it.status == "flagged" or it.reasons]
+        print(f"graded {sum(it.status == 'graded' for it in items)} notebook(s); "
+              f"{len(flagged)} flagged")
+        for it in flagged:
+            for r in it.reasons:
+                print(f"  {it.student}/{it.assignment}: {r}")
+        print(f"wrote {a.out / 'grades.csv'}, {a.out / 'report.html'}, {a.out / 'feedback'}/")
+    elif a.cmd == "course":
+        root = course.make_course(a.dir, course.assignments())
+        course.generate(root, course.assignments())
+        print(f"nbgrader course directory ready at {root}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""Shared machinery for the checks that notebook test cells call.
+
+Every check either prints one line starting with a tick and returns None, or raises
+`CheckFailed` whose message says what is wrong, shows actual against expected, and names the
+likely mistake. Nothing here writes to stderr (nbgrader scores a test cell with stderr as 0),
+and nothing returns a number (a number as a cell's last value becomes partial credit).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import random
+import warnings
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+__all__ = [
+    "CheckFailed", "ShortcutUsed", "fail", "passed", "seeded", "no_shortcuts", "call",
+    "check_shape", "check_close", "check_finite", "check_true", "SHORTCUTS", "describe",
+    "copy_mha_to_torch",
+]
+
+
+class CheckFailed(AssertionError):
+    """A check found a difference. The message says what and the likely mistake."""
+
+
+class ShortcutUsed(CheckFailed):
+    """The student's code called the PyTorch function this exercise asks you to write."""
+
+
+def fail(msg: str):
+    raise CheckFailed(msg)
+
+
+def passed(msg: str) -> None:
+    print(f"\u2714 {msg}")
+
+
+@contextlib.contextmanager
+def seeded(seed: int):
+    """Seed torch and random inside the block, and restore the previous RNG states after it."""
+    cpu_state = torch.random.get_rng_state()
+    py_state = random.getstate()
+    torch.manual_seed(seed)
+    random.seed(seed)
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(cpu_state)
+        random.setstate(py_state)
+
+
+# Function names that count as the shortcut for each exercise (matched on __name__, so
+# torch.softmax, F.softmax, Tensor.softmax and nn.Softmax are all caught however imported).
+SHORTCUTS = {
+    "softmax": {"softmax", "_softmax", "special_softmax", "log_softmax", "_log_softmax"},
+    "attention": {"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+                  "_scaled_dot_product_flash_attention_for_cpu"},
+    "multihead": {"multi_head_attention_forward", "_native_multi_head_attention",
+                  "scaled_dot_product_attention"},
+    "layer_norm": {"layer_norm", "native_layer_norm", "group_norm", "rms_norm"},
+    "batch_norm": {"batch_norm", "native_batch_norm", "_native_batch_norm_legit",
+                   "instance_norm"},
+}
+# Modules forbidden inside an exercise: their forward raises while the guard is on.
+MODULE_SHORTCUTS = {
+    "multihead": ("MultiheadAttention",),
+    "transformer": ("Transformer", "TransformerEncoder", "TransformerDecoder",
+                    "TransformerEncoderLayer", "TransformerDecoderLayer"),
+}
+_HUMAN = {
+    "softmax": "torch.softmax / F.softmax / Tensor.softmax / nn.Softmax",
+    "attention": "F.scaled_dot_product_attention",
+    "multihead": "nn.MultiheadAttention / F.multi_head_attention_forward",
+    "layer_norm": "F.layer_norm / nn.LayerNorm / torch.layer_norm",
+    "batch_norm": "F.batch_norm / nn.BatchNorm1d / torch.batch_norm",
+    "transformer": "PyTorch's nn.Transformer* classes",
+}
+
+
+class _Guard(TorchFunctionMode):
+    def __init__(self, names, label):
+        super().__init__()
+        self.names, self.label = names, label
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.names:
+            raise ShortcutUsed(
+                f"Shortcut used: your code called PyTorch's `{name}` ({self.label}). "
+                "This exercise asks you to build it yourself from basic tensor operations.")
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def no_shortcuts(*exercises: str):
+    """While the block runs, the PyTorch shortcuts for `exercises` raise ShortcutUsed, and
+    warnings are silenced so that nothing reaches stderr."""
+    names = set().union(*(SHORTCUTS.get(e, set()) for e in exercises)) if exercises else set()
+    label = ", ".join(_HUMAN[e] for e in exercises if e in _HUMAN)
+    patched = []
+    for e in exercises:
+        for cls_name in MODULE_SHORTCUTS.get(e, ()):
+            cls = getattr(nn, cls_name)
+
+            def _blocked(self, *a, _n=cls_name, **k):
+                raise ShortcutUsed(f"Shortcut used: your code ran nn.{_n}. This exercise asks "
+                                   "you to build it yourself.")
+            patched.append((cls, cls.__dict__["forward"]))
+            cls.forward = _blocked
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if names:
+                with _Guard(names, label):
+                    yield
+            else:
+                yield
+    finally:
+        for cls, fwd in patched:
+            cls.forward = fwd
+
+
+def describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"tensor of shape {tuple(x.shape)}, dtype {x.dtype}"
+    return f"{type(x).__name__}"
+
+
+def call(fn, *args, shortcuts=(), what=None, **kwargs):
+    """Call the student's `fn` with the shortcut guard on. NotImplementedError passes through
+    unchanged (the exercise is not done yet); any other exception becomes a CheckFailed that
+    says which call failed."""
+    what = what or getattr(fn, "__name__", "your code")
+    try:
+        with no_shortcuts(*shortcuts):
+            return fn(*args, **kwargs)
+    except (NotImplementedError, CheckFailed):
+        raise
+    except Exception as e:  # noqa: BLE001 - report any crash in the student's code
+        shapes = ", ".join(describe(a) for a in args)
+        raise CheckFailed(f"{what} raised {type(e).__name__}: {e}\n  called with: {shapes}"
+                          + _error_hint(e)) from e
+
+
+_ERROR_HINTS = [
+    ("must match the size of tensor", "Two shapes did not broadcast: a reduction without "
+     "keepdim=True, or a transpose/view over the wrong axes, is the usual cause."),
+    ("shapes cannot be multiplied", "A matrix product got incompatible shapes: check which "
+     "axes you transposed and the in/out sizes of each nn.Linear."),
+    ("view size is not compatible", "view() needs contiguous memory: call .contiguous() after "
+     "a transpose, or use .reshape()."),
+    ("is not defined", "A name is undefined: a typo, or a variable that only exists in another "
+     "cell (restart the kernel and run all cells to catch these)."),
+    ("Expected all tensors to be on the same device", "Create new tensors on the input's device "
+     "(device=x.device) or register them as buffers."),
+]
+
+
+def _error_hint(e: Exception) -> str:
+    text = str(e)
+    for pat, hint in _ERROR_HINTS:
+        if pat in text:
+            return "\n" + hint
+    return ""
+
+
+def check_true(cond: bool, msg: str):
+    if not bool(cond):
+        fail(msg)
+
+
+def check_shape(actual, expected, what: str, hint: str = ""):
+    if not isinstance(actual, torch.Tensor):
+        fail(f"{what}: expected a tensor of shape {tuple(expected)}, got {type(actual).__name__}. "
+             + hint)
+    if tuple(actual.shape) != tuple(expected):
+        fail(f"{what} has the wrong shape.\n  actual:   {tuple(actual.shape)}\n"
+             f"  expected: {tuple(expected)}\n" + hint)
+
+
+def check_finite(actual, what: str, hint: str = ""):
+    bad = ~torch.isfinite(actual)
+    if bad.any():
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        fail(f"{what} contains {int(bad.sum())} NaN/inf values (first at index {idx}: "
+             f"{actual[idx].item()}). " + hint)
+
+
+def check_close(actual, expected, what: str, hint: str = "", atol=1e-5, rtol=1e-4):
+    """Compare tensors (float32 tolerances by default); on failure show the worst element."""
+    check_shape(actual, expected.shape, what, hint)
+    a = actual.detach().to(torch.float64)
+    e = expected.detach().to(torch.float64)
+    if not torch.isfinite(a).all() and torch.isfinite(e).all():
+        check_finite(a, what, hint)
+    diff = (a - e).abs()
+    diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
+    tol = atol + rtol * e.abs()
+    if (diff > tol).any():
+        i = tuple(int(j) for j in torch.nonzero(diff - tol == (diff - tol).max())[0])
+        fail(f"{what} does not match the reference (atol={atol}, rtol={rtol}).\n"
+             f"  worst element at index {i}: actual {a[i].item():.6g}, expected {e[i].item():.6g}"
+             f" (max abs difference {diff.max().item():.3g}, "
+             f"{int((diff > tol).sum())} of {diff.numel()} elements off)\n" + hint)
+
+
+def copy_mha_to_torch(mha, torch_mha: nn.MultiheadAttention):
+    """Copy a course MultiHeadAttention (w_q, w_k, w_v, w_o) into nn.MultiheadAttention, whose
+    in_proj_weight stacks [W_q; W_k; W_v] along dim 0."""
+    with torch.no_grad():
+        torch_mha.in_proj_weight.copy_(torch.cat([mha.w_q.weight, mha.w_k.weight, mha.w_v.weight]))
+        if torch_mha.in_proj_bias is not None:
+            torch_mha.in_proj_bias.copy_(torch.cat([mha.w_q.bias, mha.w_k.bias, mha.w_v.bias]))
+        torch_mha.out_proj.weight.copy_(mha.w_o.weight)
+        if torch_mha.out_proj.bias is not None:
+            torch_mha.out_proj.bias.copy_(mha.w_o.bias)

@@ -1,0 +1,147 @@
+"""The mistake and valid-variant catalogues (COURSE_SPEC section 5) and their runner.
+
+Each `nbNN_*.py` module here lists, for one notebook:
+    ASSIGNMENT = "01_attention"
+    EXERCISES  = ["softmax", ...]            # the exercises the spec fixes for it
+    MISTAKES   = [Mistake(exercise, description, hint_regex, code), ...]
+    VARIANTS   = [Variant(exercise, description, code), ...]
+
+The runner executes the notebook's real cells from `solutions/<assignment>.ipynb` in order,
+in one namespace: setup cells, every solution cell (the exercise under test replaced by the
+catalogue's code), and that exercise's graded test cells, hidden tests included. A mistake
+must fail at least one of them with a message matching its hint; a variant must pass all.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import pkgutil
+import re
+import traceback
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import nbformat
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Mistake:
+    exercise: str
+    description: str
+    hint: str  # regex (case-insensitive) that a failing test's message must match
+    code: str
+
+
+@dataclass(frozen=True)
+class Variant:
+    exercise: str
+    description: str
+    code: str
+
+
+@dataclass
+class TestResult:
+    grade_id: str
+    passed: bool
+    message: str
+    stdout: str
+    stderr: str
+
+
+def is_test_of(grade_id: str, exercise: str) -> bool:
+    return grade_id == f"test_{exercise}" or grade_id.startswith(f"test_{exercise}_")
+
+
+@lru_cache(maxsize=None)
+def cells(assignment: str):
+    nb = nbformat.read(REPO / "solutions" / f"{assignment}.ipynb", as_version=4)
+    out = []
+    for c in nb.cells:
+        meta = c.metadata.get("nbgrader")
+        if c.cell_type != "code" or not meta:
+            continue
+        gid = meta["grade_id"]
+        if meta.get("solution"):
+            kind = "solution"
+        elif meta.get("grade"):
+            kind = "test"
+        elif gid.startswith("setup"):
+            kind = "setup"
+        else:
+            continue
+        out.append((kind, gid, _strip_magics(c.source)))
+    return out
+
+
+def _strip_magics(src: str) -> str:
+    return "\n".join(ln for ln in src.splitlines() if not ln.lstrip().startswith(("%", "!")))
+
+
+def run_exercise(assignment: str, exercise: str, code: str | None = None) -> list[TestResult]:
+    """Run the notebook's setup and solution cells, with `exercise` replaced by `code`, and
+    return the results of that exercise's graded test cells."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ns: dict = {"__name__": "__main__"}
+    results = []
+    found = False
+    for kind, gid, src in cells(assignment):
+        if kind == "setup":
+            exec(compile(src, f"<{assignment}:{gid}>", "exec"), ns)
+        elif kind == "solution":
+            if gid == exercise:
+                found = True
+                src = code if code is not None else src
+            try:
+                exec(compile(src, f"<{assignment}:{gid}>", "exec"), ns)
+            except Exception:  # a broken definition: its tests will report NameError etc.
+                if gid != exercise:
+                    raise
+        elif kind == "test" and is_test_of(gid, exercise):
+            out, err = io.StringIO(), io.StringIO()
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                    exec(compile(src, f"<{assignment}:{gid}>", "exec"), ns)
+                results.append(TestResult(gid, True, "", out.getvalue(), err.getvalue()))
+            except Exception as e:  # noqa: BLE001
+                msg = f"{type(e).__name__}: {e}"
+                if not str(e):
+                    msg += "\n" + traceback.format_exc(limit=3)
+                results.append(TestResult(gid, False, msg, out.getvalue(), err.getvalue()))
+        plt.close("all")
+    if not found:
+        raise KeyError(f"{assignment} has no solution cell {exercise!r}")
+    if not results:
+        raise KeyError(f"{assignment} has no graded test cell for {exercise!r}")
+    return results
+
+
+def modules():
+    pkg = Path(__file__).parent
+    return [importlib.import_module(f"{__name__}.{m.name}")
+            for m in pkgutil.iter_modules([str(pkg)]) if m.name.startswith("nb")]
+
+
+def check_mistake(assignment: str, m: Mistake) -> str | None:
+    """None when the mistake is caught with a pointing message, else why not."""
+    res = run_exercise(assignment, m.exercise, m.code)
+    failed = [r for r in res if not r.passed]
+    if not failed:
+        return f"no graded test of {m.exercise} failed for: {m.description}"
+    if not any(re.search(m.hint, r.message, re.I | re.S) for r in failed):
+        msgs = "\n---\n".join(f"{r.grade_id}: {r.message}" for r in failed)
+        return (f"tests failed but no message matches /{m.hint}/ for: {m.description}\n{msgs}")
+    return None
+
+
+def check_variant(assignment: str, v: Variant) -> str | None:
+    res = run_exercise(assignment, v.exercise, v.code)
+    bad = [r for r in res if not r.passed or r.stderr]
+    if bad:
+        return "\n".join(f"{r.grade_id}: {r.message or 'wrote to stderr: ' + r.stderr}" for r in bad)
+    return None
