@@ -113,6 +113,34 @@ def _tail(text: str, n=6) -> str:
     return " | ".join(s.strip()[:240] for s in pick)
 
 
+def _read_log(group: list[Item], text: str, timeout: int):
+    """Attach what nbgrader's log says about each student to that student's item."""
+    segments, cur = {}, None
+    for line in text.splitlines():
+        m = re.search(r"Creating/updating student with ID '([^']+)'", line)
+        if m:
+            cur = m.group(1)
+        if cur:
+            segments.setdefault(cur, []).append(line)
+    for it in group:
+        seg = "\n".join(segments.get(it.student, []))
+        if "Timeout waiting for execute reply" in seg or "CellTimeoutError" in seg:
+            it.reasons.append(f"a cell ran past the {timeout}s limit (an infinite loop?) and was "
+                              "interrupted; the rest of the notebook was graded")
+        if "DeadKernelError" in seg or "Kernel died" in seg or "kernel died" in seg.lower():
+            it.reasons.append("the kernel died while running the notebook (out of memory or a "
+                              "crash); cells after that point score 0")
+        if "unresponsive" in seg:
+            it.reasons.append("the kernel became unresponsive and could not be interrupted")
+
+
+def _graded_students(root: Path, db_url, a: str) -> set:
+    from nbgrader.api import Gradebook
+    with Gradebook(db_url or f"sqlite:///{root / 'gradebook.db'}") as gb:
+        return {s.student.id for s in gb.assignment_submissions(a)
+                if (root / "autograded" / s.student.id / a / f"{a}.ipynb").exists()}
+
+
 def grade(submissions: Path, out: Path, *, names: list[str] | None = None,
           db_url: str | None = None, timeout: int = 120, notebook_timeout: int = 900,
           mem_gb: float = 6.0, log=print) -> list[Item]:
@@ -178,26 +206,36 @@ def grade(submissions: Path, out: Path, *, names: list[str] | None = None,
                 if it.path is not None and it.status == "pending":
                     gb.update_or_create_student(it.student)
 
-        for it in items:
-            if it.status != "pending":
-                continue
+        pending = [it for it in items if it.status == "pending"]
+        for it in pending:
             expected = _grade_ids(root / "source" / it.assignment / f"{it.assignment}.ipynb")
             missing = expected - _grade_ids(it.path)
             if missing:
                 it.reasons.append("test cells deleted or renamed by the student (restored from the "
                                   f"source and graded): {', '.join(sorted(missing))}")
-            log(f"  autograde {it.student}/{it.assignment}")
-            r = course.run_nbgrader(root, ["autograde", it.assignment, "--student", it.student,
-                                           "--force"], timeout=notebook_timeout, mem_gb=mem_gb)
-            text = (r.stdout or "") + "\n" + (r.stderr or "")
-            if "CellTimeoutError" in text or "timed out" in text.lower() or "Timeout" in text:
-                it.reasons.append(f"a cell ran past the {timeout}s limit (an infinite loop?) and was "
-                                  "interrupted; it scores 0")
-            if "DeadKernelError" in text or "Kernel died" in text or "kernel died" in text:
-                it.reasons.append("the kernel died while running the notebook (out of memory or a "
-                                  "crash); cells after that point score 0")
+        # One nbgrader run per assignment grades the whole class (start-up paid once; nbgrader
+        # isolates students: one student's failure is logged and the others go on). Students
+        # left without a result, e.g. when the whole run had to be killed, are retried alone.
+        for a in names:
+            group = [it for it in pending if it.assignment == a]
+            if not group:
+                continue
+            log(f"  autograde {a}: {len(group)} submission(s)")
+            r = course.run_nbgrader(root, ["autograde", a, "--force"],
+                                    timeout=notebook_timeout * len(group), mem_gb=mem_gb)
+            _read_log(group, (r.stdout or "") + "\n" + (r.stderr or ""), timeout)
             if r.returncode != 0:
-                it.reasons.append(f"nbgrader autograde exited {r.returncode}: {_tail(text)}")
+                done = _graded_students(root, db_url, a)
+                for it in group:
+                    if it.student in done:
+                        continue
+                    log(f"  autograde {a} again for {it.student} alone")
+                    r1 = course.run_nbgrader(root, ["autograde", a, "--student", it.student, "--force"],
+                                             timeout=notebook_timeout, mem_gb=mem_gb)
+                    text = (r1.stdout or "") + "\n" + (r1.stderr or "")
+                    _read_log([it], text, timeout)
+                    if r1.returncode != 0:
+                        it.reasons.append(f"nbgrader autograde failed ({r1.returncode}): {_tail(text)}")
 
         with Gradebook(db_url or f"sqlite:///{root / 'gradebook.db'}") as gb:
             for it in items:

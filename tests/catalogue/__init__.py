@@ -81,9 +81,11 @@ def _strip_magics(src: str) -> str:
     return "\n".join(ln for ln in src.splitlines() if not ln.lstrip().startswith(("%", "!")))
 
 
-def run_exercise(assignment: str, exercise: str, code: str | None = None) -> list[TestResult]:
-    """Run the notebook's setup and solution cells, with `exercise` replaced by `code`, and
-    return the results of that exercise's graded test cells."""
+def run_exercise(assignment: str, exercise: str, code: str | None = None,
+                 fills: dict | None = None) -> list[TestResult]:
+    """Run the notebook's setup and solution cells, with `exercise` replaced by `code` (and
+    any other solution cell named in `fills` by its code), and return the results of that
+    exercise's graded test cells."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -94,6 +96,8 @@ def run_exercise(assignment: str, exercise: str, code: str | None = None) -> lis
         if kind == "setup":
             exec(compile(src, f"<{assignment}:{gid}>", "exec"), ns)
         elif kind == "solution":
+            if fills and gid in fills:
+                src = fills[gid]
             if gid == exercise:
                 found = True
                 src = code if code is not None else src

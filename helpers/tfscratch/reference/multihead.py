@@ -1,8 +1,8 @@
 """Reference multi-head attention (notebook 03)."""
+import math
+
 import torch
 from torch import nn
-
-from .attention import scaled_dot_product_attention
 
 __all__ = ["split_heads", "combine_heads", "MultiHeadAttention", "expand_mask"]
 
@@ -45,10 +45,16 @@ class MultiHeadAttention(nn.Module):
         self.attn_weights = None
 
     def forward(self, query, key, value, mask=None):
+        """query (B, Lq, D), key and value (B, Lk, D), mask boolean (True = may attend) of
+        shape (Lq, Lk), (B, Lq, Lk), (B, 1, Lk) or (B, H|1, Lq|1, Lk). Returns (B, Lq, D)."""
         q = split_heads(self.w_q(query), self.n_heads)  # (B, H, Lq, D_h)
         k = split_heads(self.w_k(key), self.n_heads)  # (B, H, Lk, D_h)
         v = split_heads(self.w_v(value), self.n_heads)  # (B, H, Lk, D_h)
-        _, weights = scaled_dot_product_attention(q, k, v, expand_mask(mask))
-        self.attn_weights = weights.detach()  # (B, H, Lq, Lk), before dropout
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Lq, Lk), scaled by D_h
+        mask = expand_mask(mask)
+        if mask is not None:  # the most negative finite float: an all-masked row stays finite
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores, dim=-1)  # (B, H, Lq, Lk)
+        self.attn_weights = weights.detach()  # kept for plotting, before dropout
         out = self.dropout(weights) @ v  # (B, H, Lq, D_h)
         return self.w_o(combine_heads(out))  # (B, Lq, D)

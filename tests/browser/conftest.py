@@ -1,0 +1,206 @@
+"""Fixtures for the browser tests: one JupyterLab (with an nbgrader course directory as its
+working directory, so the formgrader has a course), one headless Chromium, one lab page, and a
+cache that runs each notebook once and keeps it open while its tests look at it.
+
+The notebooks are copied into test-artifacts/browser/run-<pid>/ (inside the lab's root) before
+they are opened: running, Validate (which saves) and checkpoints never touch notebooks/ or
+solutions/. Screenshots and timings stay in test-artifacts/browser/.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from labdriver import (ARTIFACTS, NOTEBOOKS, REPO, SHOTS, TIMINGS, Lab, LabServer,  # noqa: E402
+                       find_chromium, launch_chromium)
+
+# --------------------------------------------------------------------------- ordering
+
+def pytest_collection_modifyitems(config, items):
+    """Keep the tests of one notebook together (it is run once and kept open while they
+    look at it); tests that are about no particular notebook go first."""
+    here = Path(__file__).resolve().parent
+    mine = [i for i, it in enumerate(items) if here in Path(str(it.fspath)).resolve().parents]
+    order = {nb.id: k for k, nb in enumerate(NOTEBOOKS)}
+
+    def key(pos):
+        it = items[pos]
+        nb = getattr(it, "callspec", None) and it.callspec.params.get("nb")
+        return (1, order.get(str(nb), 0), pos) if nb is not None else (0, 0, pos)
+
+    ordered = [items[p] for p in sorted(mine, key=key)]
+    for slot, it in zip(mine, ordered):
+        items[slot] = it
+
+
+# --------------------------------------------------------------------------- session fixtures
+
+@pytest.fixture(scope="session")
+def chromium():
+    if os.environ.get("TFS_SKIP_BROWSER"):
+        pytest.skip("browser tests skipped: TFS_SKIP_BROWSER is set")
+    pytest.importorskip("playwright.sync_api",
+                        reason="browser tests skipped: the playwright package is not installed "
+                               "(pip install -e '.[test]')")
+    exe = find_chromium()
+    if not exe:
+        pytest.skip("browser tests skipped: no Chromium on PATH (run `python tools/ensure_browser.py` "
+                    "as root, or `apt-get install chromium`, or set TFS_CHROMIUM=/path/to/chrome)")
+    return exe
+
+
+@pytest.fixture(scope="session")
+def workdir(chromium):
+    d = ARTIFACTS / f"run-{os.getpid()}"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    for nb in NOTEBOOKS:
+        dst = d / nb.id
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(nb.src, dst.with_suffix(".ipynb"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def course_dir(workdir):
+    """An instructor course directory made by the course's own command."""
+    d = workdir / "course"
+    t0 = time.monotonic()
+    tfs = Path(sys.executable).parent / "tfs-grade"
+    r = subprocess.run([str(tfs), "course", str(d)], capture_output=True, text=True, cwd=REPO)
+    TIMINGS["session"]["course_dir_s"] = round(time.monotonic() - t0, 1)
+    assert r.returncode == 0, f"tfs-grade course failed:\n{r.stdout}\n{r.stderr}"
+    return d
+
+
+@pytest.fixture(scope="session")
+def lab_server(workdir, course_dir):
+    # cwd = the course directory: nbgrader's formgrader and validator read nbgrader_config.py
+    # from the server's working directory; the root is the repository, as with `make lab`.
+    server = LabServer(root_dir=REPO, cwd=course_dir, workdir=workdir / "lab")
+    server.start()
+    TIMINGS["session"]["lab_start_s"] = round(server.start_seconds, 1)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def browser(chromium):
+    from playwright.sync_api import sync_playwright
+    t0 = time.monotonic()
+    pw = sync_playwright().start()
+    b = launch_chromium(pw, chromium)
+    TIMINGS["session"]["browser_start_s"] = round(time.monotonic() - t0, 1)
+    yield b
+    b.close()
+    pw.stop()
+
+
+@pytest.fixture(scope="session")
+def lab(browser, lab_server):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    lab = Lab(page, lab_server).load()
+    TIMINGS["session"]["lab_page_load_s"] = round(lab.load_seconds, 1)
+    yield lab
+    context.close()
+
+
+# --------------------------------------------------------------------------- notebook runs
+
+@dataclass
+class Run:
+    nb: object
+    relpath: str
+    notebook: object = None
+    cells: list = field(default_factory=list)
+    error: BaseException | None = None
+    screenshot: Path | None = None
+    timings: dict = field(default_factory=dict)
+    cache: dict = field(default_factory=dict)
+
+    def where(self) -> str:
+        return f"(screenshot: {self.screenshot}; all screenshots in {SHOTS})"
+
+
+class Runs:
+    """Runs a notebook the first time a test asks for it and keeps it open (one at a time)."""
+
+    def __init__(self, lab: Lab, workdir: Path):
+        self.lab = lab
+        self.workdir = workdir
+        self.current: Run | None = None
+
+    def get(self, nb, relpath: str | None = None) -> Run:
+        relpath = relpath or f"{self.workdir.relative_to(REPO)}/{nb.id}.ipynb"
+        if self.current and self.current.relpath == relpath:
+            run = self.current
+        else:
+            self.close()
+            run = self.current = self._run(nb, relpath)
+        if run.error:
+            raise AssertionError(f"{nb}: running the notebook in JupyterLab failed: {run.error} "
+                                 f"{run.where()}") from run.error
+        return run
+
+    def _run(self, nb, relpath: str) -> Run:
+        run = Run(nb, relpath)
+        key = str(nb)
+        t0 = time.monotonic()
+        try:
+            run.notebook = self.lab.open_notebook(relpath)
+            t1 = time.monotonic()
+            run.timings["open_s"] = round(t1 - t0, 1)
+            rounds = run.notebook.run_all()
+            t2 = time.monotonic()
+            run.timings["run_all_s"] = round(t2 - t1, 1)
+            run.timings["run_rounds"] = rounds
+            run.cells = run.notebook.cells()
+        except BaseException as e:  # noqa: BLE001 - reported by every test of this notebook
+            run.error = e
+        finally:
+            run.screenshot = SHOTS / (key.replace("/", "__") + ".png")
+            try:
+                if run.notebook:
+                    t3 = time.monotonic()
+                    run.notebook.screenshot(run.screenshot)
+                    run.timings["screenshot_s"] = round(time.monotonic() - t3, 1)
+            except Exception:  # noqa: BLE001
+                run.screenshot = None
+        TIMINGS["notebooks"][key] = run.timings
+        return run
+
+    def close(self):
+        if self.current and self.current.notebook:
+            self.current.notebook.close()
+        self.current = None
+
+
+@pytest.fixture(scope="session")
+def runs(lab, workdir):
+    r = Runs(lab, workdir)
+    yield r
+    r.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not (TIMINGS["session"] or TIMINGS["notebooks"]):
+        return
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "timings.json").write_text(json.dumps(TIMINGS, indent=1))
+    tr = terminalreporter
+    tr.section("browser tests: seconds")
+    tr.write_line("  " + ", ".join(f"{k}={v}" for k, v in TIMINGS["session"].items()))
+    for nb, t in TIMINGS["notebooks"].items():
+        tr.write_line(f"  {nb:40s} " + ", ".join(f"{k}={v}" for k, v in t.items()))
+    tr.write_line(f"  screenshots: {SHOTS}   timings: {ARTIFACTS / 'timings.json'}")

@@ -1,0 +1,715 @@
+"""Drive JupyterLab in headless Chromium the way a student does: open a notebook, Run All,
+look at what the page shows, move sliders, press Validate, open the formgrader.
+
+Actions go through the user interface (menus, toolbar buttons, mouse drags). What the page
+shows is read from the DOM; the notebook's output models are read through the application
+object that `--LabApp.expose_app_in_browser` puts on `window.jupyterapp`.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts" / "browser"
+SHOTS = ARTIFACTS / "screenshots"          # one per notebook, after Run All
+DOCS_IMG = REPO / "docs" / "img"           # the README's screenshots
+TIMINGS: dict = {"session": {}, "notebooks": {}}   # written to ARTIFACTS/timings.json
+
+CHROMIUM_CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--disable-dev-shm-usage",
+]
+
+
+def _env_seconds(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+# Generous: the machines that run this are small and shared.
+RUN_TIMEOUT = _env_seconds("TFS_BROWSER_RUN_TIMEOUT", 420)        # one notebook, Run All
+SLIDER_TIMEOUT = _env_seconds("TFS_BROWSER_SLIDER_TIMEOUT", 30)    # one slider -> new figure
+VALIDATE_TIMEOUT = _env_seconds("TFS_BROWSER_VALIDATE_TIMEOUT", 420)
+START_TIMEOUT = _env_seconds("TFS_BROWSER_START_TIMEOUT", 180)     # lab start, kernel start
+
+# A cell that shows an explorer, and a cell that draws a heatmap at top level (not inside a def).
+EXPLORE_RE = re.compile(r"(?<![\w.])(explore|Explorer)\s*\(")
+HEATMAP_CALL_RE = re.compile(r"^[^\s#].*\b\w*heatmap\w*\s*\(", re.M)
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def strip_ansi(s: str) -> str:
+    return ANSI_RE.sub("", s or "")
+
+
+# --------------------------------------------------------------------------- the notebooks
+
+@dataclass(frozen=True)
+class Nb:
+    kind: str      # "solution" | "student"
+    name: str      # e.g. 01_attention
+    src: Path      # the committed notebook
+
+    @property
+    def id(self) -> str:
+        return f"{'solutions' if self.kind == 'solution' else 'notebooks'}/{self.name}"
+
+    def __str__(self):
+        return self.id
+
+
+def discover() -> list[Nb]:
+    """Every solution and student notebook in the tree, paired by name, solution first."""
+    found = [Nb("solution", p.stem, p) for p in (REPO / "solutions").glob("*.ipynb")]
+    found += [Nb("student", p.stem, p) for p in (REPO / "notebooks").glob("*.ipynb")]
+    return sorted(found, key=lambda n: (n.name, n.kind != "solution"))
+
+
+NOTEBOOKS = discover()
+
+
+def validate_targets() -> list[Nb]:
+    """Validate runs the whole notebook again on the server: by default only the first pair
+    (01's solution and student notebook); TFS_BROWSER_VALIDATE_ALL=1 does every notebook."""
+    if os.environ.get("TFS_BROWSER_VALIDATE_ALL"):
+        return NOTEBOOKS
+    first = NOTEBOOKS[0].name if NOTEBOOKS else None
+    return [n for n in NOTEBOOKS if n.name == first]
+
+
+# --------------------------------------------------------------------------- the browser
+
+def find_chromium() -> str | None:
+    """Debian's Chromium (or another Chrome) on PATH; TFS_CHROMIUM overrides."""
+    env = os.environ.get("TFS_CHROMIUM")
+    if env:
+        return env if Path(env).exists() or shutil.which(env) else None
+    for name in CHROMIUM_CANDIDATES:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def launch_chromium(playwright, executable: str):
+    return playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+
+
+# --------------------------------------------------------------------------- the server
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Lab settings for the test run: every cell in the DOM (no virtual scrolling, so offscreen
+# outputs are really rendered), no news or update checks, no autosave, no extension manager.
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/docmanager-extension/plugin": {"autosave": False},
+    "@jupyterlab/extensionmanager-extension/plugin": {"enabled": False},
+}
+
+
+class LabServer:
+    """`jupyter lab` from this interpreter's environment on a free loopback port with a token."""
+
+    def __init__(self, root_dir: Path, cwd: Path, workdir: Path):
+        self.root_dir = Path(root_dir)
+        self.cwd = Path(cwd)
+        self.workdir = Path(workdir)
+        self.token = secrets.token_hex(16)
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.workdir / "jupyter-lab.log"
+        self.start_seconds = 0.0
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def url(self, path: str = "lab") -> str:
+        sep = "&" if "?" in path else "?"
+        return f"{self.base}/{path.lstrip('/')}{sep}token={self.token}"
+
+    def _write_settings(self) -> Path:
+        settings = self.workdir / "lab-settings"
+        for plugin, values in LAB_SETTINGS.items():
+            p = settings / f"{plugin}.jupyterlab-settings"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(json.dumps(values))
+        return settings
+
+    def command(self) -> list[str]:
+        jupyter = Path(sys.executable).parent / "jupyter"
+        cmd = [str(jupyter), "lab", "--no-browser",
+               f"--ServerApp.token={self.token}", f"--ServerApp.port={self.port}",
+               "--ServerApp.port_retries=0", "--ServerApp.ip=127.0.0.1",
+               f"--ServerApp.root_dir={self.root_dir}",
+               f"--LabApp.user_settings_dir={self._write_settings()}",
+               f"--LabApp.workspaces_dir={self.workdir / 'lab-workspaces'}",
+               "--LabApp.expose_app_in_browser=True"]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            cmd.append("--ServerApp.allow_root=True")
+        return cmd
+
+    def env(self) -> dict:
+        env = dict(os.environ)
+        # The student's environment, not the test runner's: no forced backend, warnings shown,
+        # not under autograde; private config/runtime dirs so nothing on this machine leaks in.
+        for k in ("MPLBACKEND", "PYTHONWARNINGS", "NBGRADER_EXECUTION", "TFS_STATIC",
+                  "JUPYTER_PATH", "JUPYTER_DATA_DIR"):
+            env.pop(k, None)
+        env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+        for k, sub in (("JUPYTER_CONFIG_DIR", "jupyter-config"), ("JUPYTER_RUNTIME_DIR", "jupyter-runtime"),
+                       ("IPYTHONDIR", "ipython")):
+            d = self.workdir / sub
+            d.mkdir(parents=True, exist_ok=True)
+            env[k] = str(d)
+        return env
+
+    def start(self) -> "LabServer":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self.command(), cwd=self.cwd, env=self.env(), stdout=log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        deadline = t0 + START_TIMEOUT
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"jupyter lab exited with code {self.proc.returncode}:\n"
+                                   + self.log_tail())
+            try:
+                self.api("GET", "api/status", timeout=2)
+                break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"jupyter lab not ready after {START_TIMEOUT:.0f}s:\n" + self.log_tail())
+            time.sleep(0.2)
+        self.start_seconds = time.monotonic() - t0
+        return self
+
+    def api(self, method: str, path: str, body=None, timeout: float = 30):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{self.base}/{path.lstrip('/')}", data=data, method=method,
+                                     headers={"Authorization": f"token {self.token}",
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            raw = r.read()
+        return json.loads(raw) if raw else None
+
+    def shutdown_kernels(self):
+        try:
+            for s in self.api("GET", "api/sessions"):
+                self.api("DELETE", f"api/sessions/{s['id']}")
+        except OSError:
+            pass
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def stop(self):
+        if not self.proc or self.proc.poll() is not None:
+            return
+        self.shutdown_kernels()
+        self.proc.send_signal(signal.SIGTERM)  # jupyter-server stops its kernels on SIGTERM
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+# --------------------------------------------------------------------------- results
+
+@dataclass
+class SliderResult:
+    cell: int
+    explorer: int
+    control: str
+    before: str
+    after: str
+    ok: bool
+    problem: str = ""
+    seconds: float = 0.0
+
+    def __str__(self):
+        where = f"cell {self.cell}, explorer {self.explorer}, slider {self.control!r}"
+        if self.ok:
+            return f"{where}: {self.before} -> {self.after}, figure changed ({self.seconds:.1f}s)"
+        return f"{where}: {self.before} -> {self.after}: {self.problem}"
+
+
+@dataclass
+class ValidateResult:
+    title: str
+    status: str       # success | failed | changed | passed | error | unknown
+    text: str
+
+
+@dataclass
+class ErrorOutput:
+    cell: int
+    ename: str
+    evalue: str
+    traceback: str
+    source: str
+
+    def __str__(self):
+        tb = strip_ansi(self.traceback).strip().splitlines()
+        first = next((ln for ln in self.source.splitlines() if ln.strip()), "")
+        return (f"cell {self.cell} ({first[:70]!r}): {self.ename}: {self.evalue}\n      "
+                + "\n      ".join(tb[-6:]))
+
+
+@dataclass
+class Cell:
+    index: int
+    type: str
+    source: str
+    execution_count: int | None
+    outputs: list = field(default_factory=list)
+    dom: dict | None = None
+
+    @property
+    def errors(self) -> list[ErrorOutput]:
+        return [ErrorOutput(self.index, o["ename"] or "", o["evalue"] or "", o["traceback"] or "",
+                            self.source) for o in self.outputs if o["output_type"] == "error"]
+
+    @property
+    def is_explorer(self) -> bool:
+        return self.type == "code" and bool(EXPLORE_RE.search(self.source)) and \
+            not re.fullmatch(r"\s*(from|import)\s.*", self.source.strip(), re.S)
+
+    @property
+    def draws_heatmap(self) -> bool:
+        return self.type == "code" and bool(HEATMAP_CALL_RE.search(self.source))
+
+    @property
+    def first_line(self) -> str:
+        return next((ln for ln in self.source.splitlines() if ln.strip()), "")[:70]
+
+
+# --------------------------------------------------------------------------- JavaScript
+
+JS_CELLS = r"""
+() => {
+  const nb = window.__tfsNb;
+  const text = v => Array.isArray(v) ? v.join('') : (v || '');
+  return nb.content.widgets.map((c, i) => {
+    c.node.dataset.tfsIndex = String(i);
+    const m = c.model;
+    const out = {index: i, type: m.type, source: m.sharedModel.getSource(),
+                 execution_count: null, outputs: [], dom: null};
+    if (m.type !== 'code') return out;
+    out.execution_count = m.executionCount;
+    out.outputs = m.outputs.toJSON().map(o => {
+      const d = o.data || {};
+      const t = o.output_type === 'stream' ? text(o.text) : text(d['text/plain']);
+      return {output_type: o.output_type, name: o.name || null, ename: o.ename || null,
+              evalue: o.evalue || null, traceback: (o.traceback || []).join('\n'),
+              text: t.slice(0, 4000), mimes: Object.keys(d),
+              png_b64_len: d['image/png'] ? String(d['image/png']).length : 0};
+    });
+    const area = c.node.querySelector('.jp-Cell-outputArea');
+    const kids = area ? Array.from(area.children) : [];
+    const slots = kids.map(k => {
+      if (k.querySelector(':scope .jp-OutputArea-output > .jupyter-widgets')) return 'widget';
+      if (k.querySelector('.jp-RenderedImage img')) return 'image';
+      return 'other';
+    });
+    out.dom = {
+      slots,
+      images: kids.flatMap(k => Array.from(k.querySelectorAll('.jp-RenderedImage img'))).map(im => (
+        {complete: im.complete, width: im.naturalWidth, height: im.naturalHeight})),
+      sliders: area ? area.querySelectorAll('.widget-slider').length : 0,
+      controls: area ? area.querySelectorAll('.widget-slider, .widget-checkbox, .widget-dropdown, .widget-toggle-button').length : 0,
+      widget_problems: kids.map(k => k.innerText || '').filter(
+        t => /Error displaying widget|Loading widget|Error rendering|model not found|Failed to load model/i.test(t)
+      ).map(t => t.slice(0, 400)),
+    };
+    return out;
+  });
+}
+"""
+
+JS_BUSY = r"""
+() => {
+  const nb = window.__tfsNb;
+  const k = nb.sessionContext.session && nb.sessionContext.session.kernel;
+  if (!k) return 'no kernel';
+  if (k.status === 'dead' || k.connectionStatus === 'disconnected') return 'dead';
+  if (k.status !== 'idle') return 'busy';
+  const pending = Array.from(nb.content.node.querySelectorAll('.jp-InputPrompt'))
+      .some(e => e.textContent.includes('*'));
+  return pending ? 'busy' : 'idle';
+}
+"""
+
+# State of output slot `slot` of cell `cell` once it has changed from the marked image.
+JS_SLOT_CHANGED = r"""
+({cell, slot}) => {
+  const c = document.querySelector(`[data-tfs-index="${cell}"]`);
+  const area = c && c.querySelector('.jp-Cell-outputArea');
+  const child = area && area.children[slot];
+  if (!child) return null;
+  const img = child.querySelector('.jp-RenderedImage img');
+  if (img) {
+    if (img.__tfsOld !== undefined && img.__tfsOld === img.src) return null;
+    if (!img.complete || !img.naturalWidth) return null;
+    return {state: 'image', src: img.src};
+  }
+  const t = (child.innerText || '').trim();
+  return t ? {state: 'text', text: t.slice(0, 3000)} : null;
+}
+"""
+
+JS_MARK_SLOT = r"""
+({cell, slot}) => {
+  const c = document.querySelector(`[data-tfs-index="${cell}"]`);
+  const child = c.querySelector('.jp-Cell-outputArea').children[slot];
+  const img = child && child.querySelector('.jp-RenderedImage img');
+  if (!img) return null;
+  img.__tfsOld = img.src;
+  return img.src;
+}
+"""
+
+
+def _png_bytes(data_url: str) -> bytes:
+    return base64.b64decode(data_url.split(",", 1)[1]) if data_url and "," in data_url else b""
+
+
+def image_is_blank(png: bytes) -> str | None:
+    """None if the PNG shows something; otherwise why it counts as empty."""
+    if len(png) < 1000:
+        return f"only {len(png)} bytes"
+    try:
+        import numpy as np
+        from matplotlib import image as mpimg
+        arr = mpimg.imread(io.BytesIO(png), format="png")
+    except Exception as e:  # noqa: BLE001
+        return f"not a readable PNG ({e})"
+    rgb = arr[..., :3] if arr.ndim == 3 else arr
+    if float(np.ptp(rgb)) == 0.0:
+        return "a single flat colour"
+    if arr.ndim == 3 and arr.shape[-1] == 4 and float(arr[..., 3].max()) == 0.0:
+        return "fully transparent"
+    return None
+
+
+# --------------------------------------------------------------------------- the lab page
+
+class Lab:
+    """One JupyterLab page in the browser."""
+
+    def __init__(self, page, server: LabServer):
+        self.page = page
+        self.server = server
+        self.load_seconds = 0.0
+
+    def load(self) -> "Lab":
+        t0 = time.monotonic()
+        self.page.set_default_timeout(START_TIMEOUT * 1000)
+        self.page.goto(self.server.url("lab"))
+        self.page.wait_for_function("() => window.jupyterapp && window.jupyterapp.restored")
+        self.page.evaluate("async () => { await window.jupyterapp.restored; }")
+        self.page.wait_for_selector(".lm-MenuBar-itemLabel")
+        # More room for the notebook, as a student would make on a laptop.
+        self.page.evaluate("() => { const s = window.jupyterapp.shell; s.collapseLeft(); s.collapseRight(); }")
+        self.page.set_default_timeout(60_000)
+        self.load_seconds = time.monotonic() - t0
+        return self
+
+    def menu(self, top: str, item: str):
+        """Click a menu bar entry, then one of its items (both by exact label)."""
+        page = self.page
+        page.locator(".lm-MenuBar-itemLabel").filter(
+            has_text=re.compile(rf"^{re.escape(top)}$")).first.click()
+        entry = page.locator(".lm-Menu-content .lm-Menu-item:not(.lm-mod-disabled)").filter(
+            has=page.locator(".lm-Menu-itemLabel", has_text=re.compile(rf"^{re.escape(item)}$")))
+        try:
+            entry.first.click(timeout=10_000)
+        except Exception:
+            labels = page.locator(".lm-Menu-itemLabel").all_inner_texts()
+            page.keyboard.press("Escape")
+            raise AssertionError(f"no enabled menu item {top} > {item!r}; the menu shows {labels}")
+
+    def open_dialog_text(self) -> str | None:
+        d = self.page.locator(".jp-Dialog")
+        return d.first.inner_text() if d.count() else None
+
+    def open_notebook(self, relpath: str) -> "Notebook":
+        return Notebook(self, relpath).open()
+
+    def open_formgrader(self):
+        """Nbgrader > Formgrader; returns the frame that shows it."""
+        self.menu("Nbgrader", "Formgrader")
+        frame = self.page.frame_locator("iframe[src*='formgrader']").first
+        return frame
+
+
+class Notebook:
+    """An open notebook panel; the one the JavaScript above works on (window.__tfsNb)."""
+
+    def __init__(self, lab: Lab, relpath: str):
+        self.lab = lab
+        self.page = lab.page
+        self.relpath = relpath
+        self.id = None
+        self.rounds = 0
+
+    def open(self) -> "Notebook":
+        self.id = self.page.evaluate(
+            """async (path) => {
+                 const app = window.jupyterapp;
+                 const w = await app.commands.execute('docmanager:open', {path, factory: 'Notebook'});
+                 window.__tfsNb = w;
+                 await w.context.ready;
+                 await w.sessionContext.ready;
+                 app.shell.activateById(w.id);
+                 return w.id;
+               }""", self.relpath)
+        self.wait_idle(START_TIMEOUT, what="kernel start")
+        dialog = self.lab.open_dialog_text()
+        if dialog:
+            raise AssertionError(f"a dialog opened with {self.relpath}: {dialog[:500]}")
+        return self
+
+    @property
+    def panel(self):
+        return self.page.locator(f"[id='{self.id}']")
+
+    def wait_idle(self, timeout: float, what: str = "run"):
+        """Kernel idle and no cell waiting ([*]) twice in a row."""
+        deadline = time.monotonic() + timeout
+        idle_seen = 0
+        while True:
+            state = self.page.evaluate(JS_BUSY)
+            if state == "dead":
+                raise AssertionError(f"{self.relpath}: the kernel died during {what}")
+            idle_seen = idle_seen + 1 if state == "idle" else 0
+            if idle_seen >= 2:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.relpath}: {what} not finished after {timeout:.0f}s "
+                                     f"(kernel state: {state})")
+            time.sleep(0.25)
+
+    def cells(self) -> list[Cell]:
+        return [Cell(**c) for c in self.page.evaluate(JS_CELLS)]
+
+    def cell(self, index: int):
+        return self.page.locator(f"[data-tfs-index='{index}']")
+
+    def run_all(self, timeout: float = RUN_TIMEOUT) -> int:
+        """Run > Run All Cells. JupyterLab stops a run at the first error (the kernel aborts the
+        queued cells), so after an error we select the next cell that did not run and use
+        Run > Run Selected Cell and All Below, as a student does, until every code cell ran.
+        Returns how many runs that took."""
+        deadline = time.monotonic() + timeout
+        self.page.evaluate("() => window.jupyterapp.shell.activateById(window.__tfsNb.id)")
+        self.lab.menu("Run", "Run All Cells")
+        self.page.wait_for_timeout(300)
+        self.wait_idle(max(1.0, deadline - time.monotonic()))
+        self.rounds, last = 1, None
+        while True:
+            pending = [c for c in self.cells()
+                       if c.type == "code" and c.execution_count is None and c.source.strip()]
+            if not pending:
+                return self.rounds
+            nxt = pending[0].index
+            if nxt == last:
+                raise AssertionError(f"{self.relpath}: cell {nxt} does not run "
+                                     f"({pending[0].first_line!r})")
+            last = nxt
+            self.cell(nxt).locator(".jp-InputPrompt").first.click()
+            self.lab.menu("Run", "Run Selected Cell and All Below")
+            self.page.wait_for_timeout(300)
+            self.wait_idle(max(1.0, deadline - time.monotonic()))
+            self.rounds += 1
+
+    # ---------------------------------------------------------------- explorers
+
+    def explorer_slots(self, cell: Cell) -> list[tuple[int, int | None]]:
+        """(widget slot, figure slot) for each explorer in the cell: the figure is the first
+        image output after the widgets (and before the next widgets)."""
+        slots = cell.dom["slots"]
+        pairs = []
+        for i, kind in enumerate(slots):
+            if kind != "widget":
+                continue
+            fig = None
+            for j in range(i + 1, len(slots)):
+                if slots[j] == "widget":
+                    break
+                if slots[j] == "image":
+                    fig = j
+                    break
+            pairs.append((i, fig))
+        return pairs
+
+    def check_sliders(self, cell: Cell, timeout: float = SLIDER_TIMEOUT) -> list[SliderResult]:
+        """Move every slider of every explorer in the cell with the mouse and require the
+        figure it drives to be redrawn with different image bytes, and no error to appear."""
+        results = []
+        for k, (wslot, fslot) in enumerate(self.explorer_slots(cell)):
+            box = self.cell(cell.index).locator(
+                f".jp-Cell-outputArea > :nth-child({wslot + 1})")
+            sliders = box.locator(".widget-slider")
+            n = sliders.count()
+            if fslot is None:
+                results.append(SliderResult(cell.index, k, "-", "", "", False,
+                                            "the explorer shows no figure after its widgets"))
+                continue
+            for s in range(n):
+                results.append(self._move_one(cell.index, k, sliders.nth(s), fslot, timeout))
+        return results
+
+    def _move_one(self, cell: int, explorer: int, slider, fslot: int, timeout: float) -> SliderResult:
+        page = self.page
+        label = slider.locator(".widget-label").first.inner_text().strip() or "?"
+        readout = slider.locator(".widget-readout").first
+        before = readout.inner_text().strip()
+        old_src = page.evaluate(JS_MARK_SLOT, {"cell": cell, "slot": fslot})
+        if not old_src:
+            return SliderResult(cell, explorer, label, before, before, False,
+                                "no figure before the slider moved")
+        errors_before = sum(len(c.errors) for c in self.cells() if c.index == cell)
+        handle = slider.locator(".noUi-handle").first
+        track = slider.locator(".noUi-base").first
+        handle.scroll_into_view_if_needed()
+        hb, tb = handle.bounding_box(), track.bounding_box()
+        hx, hy = hb["x"] + hb["width"] / 2, hb["y"] + hb["height"] / 2
+        frac = (hx - tb["x"]) / max(tb["width"], 1)
+        tx = tb["x"] + tb["width"] * (0.8 if frac < 0.5 else 0.2)
+        t0 = time.monotonic()
+        page.mouse.move(hx, hy)
+        page.mouse.down()
+        page.mouse.move(tx, hy, steps=8)
+        page.mouse.up()
+        page.wait_for_timeout(100)
+        after = readout.inner_text().strip()
+        if after == before:
+            return SliderResult(cell, explorer, label, before, after, False,
+                                "dragging the handle did not change the slider's value")
+        try:
+            handle_js = page.wait_for_function(JS_SLOT_CHANGED, arg={"cell": cell, "slot": fslot},
+                                               timeout=timeout * 1000, polling=100)
+            state = handle_js.json_value()
+        except Exception:  # noqa: BLE001 (playwright's TimeoutError)
+            state = None
+        secs = time.monotonic() - t0
+        new_errors = [e for c in self.cells() if c.index == cell for e in c.errors][errors_before:]
+        if new_errors:
+            return SliderResult(cell, explorer, label, before, after, False,
+                                "an error appeared: " + str(new_errors[0]), secs)
+        if state is None:
+            return SliderResult(cell, explorer, label, before, after, False,
+                                f"the figure did not change within {timeout:.0f}s", secs)
+        if state["state"] == "text":
+            return SliderResult(cell, explorer, label, before, after, False,
+                                "the figure was replaced by text: " + state["text"][:1500], secs)
+        if _png_bytes(state["src"]) == _png_bytes(old_src):
+            return SliderResult(cell, explorer, label, before, after, False,
+                                "the figure was redrawn with the same image bytes", secs)
+        blank = image_is_blank(_png_bytes(state["src"]))
+        if blank:
+            return SliderResult(cell, explorer, label, before, after, False,
+                                f"the new figure is empty: {blank}", secs)
+        return SliderResult(cell, explorer, label, before, after, True, "", secs)
+
+    # ---------------------------------------------------------------- images
+
+    def images_of(self, cell: int) -> list[bytes]:
+        srcs = self.cell(cell).locator(".jp-Cell-outputArea .jp-RenderedImage img").evaluate_all(
+            "els => els.map(e => e.src)")
+        return [_png_bytes(s) for s in srcs]
+
+    def screenshot(self, path: Path, max_height: int = 16000):
+        """The whole notebook: the viewport is made as tall as the notebook for the shot."""
+        page = self.page
+        path.parent.mkdir(parents=True, exist_ok=True)
+        vp = page.viewport_size
+        h = page.evaluate("() => window.__tfsNb.content.node.scrollHeight")
+        tall = int(min(max(vp["height"], h + 160), max_height))
+        try:
+            page.set_viewport_size({"width": vp["width"], "height": tall})
+            page.wait_for_timeout(400)
+            page.evaluate("() => window.__tfsNb.content.node.scrollTo(0, 0)")
+            page.screenshot(path=str(path))
+        finally:
+            page.set_viewport_size(vp)
+
+    def cell_screenshot(self, index: int, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        loc = self.cell(index)
+        loc.scroll_into_view_if_needed()
+        self.page.wait_for_timeout(200)
+        loc.screenshot(path=str(path))
+
+    # ---------------------------------------------------------------- nbgrader
+
+    def validate(self, timeout: float = VALIDATE_TIMEOUT) -> ValidateResult:
+        """Press the toolbar's Validate button (it saves, then runs nbgrader's validator) and
+        read the dialog it opens."""
+        page = self.page
+        self.panel.locator(".jp-Toolbar [title='Validate Assignment']").first.click()
+        dialog = page.locator(".jp-Dialog").first
+        dialog.wait_for(state="visible", timeout=timeout * 1000)
+        title = dialog.locator(".jp-Dialog-header").first.inner_text().strip()
+        body = dialog.locator(".jp-Dialog-body").first
+        text = body.inner_text()
+        status = "unknown"
+        for cls in ("success", "failed", "changed", "passed"):
+            if body.locator(f".validation-{cls}").count():
+                status = cls
+                break
+        if status == "unknown" and "error running the validate command" in text:
+            status = "error"
+        accept = dialog.locator(".jp-Dialog-button.jp-mod-accept")
+        (accept.first if accept.count() else dialog.locator("button").last).click()
+        return ValidateResult(title, status, text)
+
+    # ---------------------------------------------------------------- closing
+
+    def close(self):
+        """Shut the kernel down and close the tab without saving."""
+        try:
+            self.page.evaluate(
+                """async () => {
+                     const w = window.__tfsNb;
+                     if (!w || w.isDisposed) return;
+                     try { await w.sessionContext.shutdown(); } catch (e) {}
+                     w.context.model.dirty = false;
+                     w.dispose();
+                     window.__tfsNb = null;
+                   }""")
+        except Exception:  # noqa: BLE001 - the page may be gone; the server cleans up
+            pass

@@ -1,0 +1,171 @@
+"""The grading command end to end, on nbgrader's real apps and gradebook:
+- every notebook's round trip: the solution earns every point, the untouched student
+  notebook earns 0, and its grading completes;
+- a fixture class for 01_attention with named submissions (full marks, untouched, partial,
+  a catalogued mistake, malformed JSON, missing notebook, infinite loop, deleted test cells,
+  renamed notebook), given as a zip, with assertions on grades.csv, feedback, the report and
+  the gradebook."""
+import csv
+import json
+import zipfile
+
+import pytest
+
+from catalogue import modules, run_exercise
+from nbtools import NOTEBOOKS, SOLUTIONS, assignments, points, solution_sources, student_notebook, write
+from tfsgrade.grade import grade
+
+A01 = "01_attention"
+
+
+def _rows(out):
+    with (out / "grades.csv").open() as f:
+        return {r["student_id"]: r for r in csv.DictReader(f)}
+
+
+@pytest.fixture(scope="session")
+def roundtrip(tmp_path_factory):
+    base = tmp_path_factory.mktemp("roundtrip")
+    subs = base / "subs"
+    for a in assignments():
+        write(student_notebook(a, solution_sources(a)), subs / "solution" / f"{a}.ipynb")
+        (subs / "untouched").mkdir(parents=True, exist_ok=True)
+        (subs / "untouched" / f"{a}.ipynb").write_bytes((NOTEBOOKS / f"{a}.ipynb").read_bytes())
+    out = base / "out"
+    items = grade(subs, out, names=assignments(), log=lambda *a: None)
+    return out, items
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_roundtrip_solution_full_untouched_zero(roundtrip, assignment):
+    out, items = roundtrip
+    by = {(it.student, it.assignment): it for it in items}
+    sol, stu = by[("solution", assignment)], by[("untouched", assignment)]
+    total = sum(points(assignment).values())
+    assert sol.status == "graded" and stu.status == "graded", (sol.reasons, stu.reasons)
+    assert sol.max_score == pytest.approx(total)
+    assert sol.score == pytest.approx(total), f"solution scored {sol.score}/{total}: {sol.reasons}"
+    assert stu.score == 0, f"untouched student notebook scored {stu.score}"
+    assert not [r for r in sol.reasons if "exited" in r], sol.reasons
+    for s in ("solution", "untouched"):
+        assert (out / "feedback" / s / f"{assignment}.html").stat().st_size > 1000
+
+
+def _mistake_code(exercise, words):
+    mod = next(m for m in modules() if m.ASSIGNMENT == A01)
+    return next(m for m in mod.MISTAKES if m.exercise == exercise and words in m.description).code
+
+
+def _expected_score(fill):
+    """What the in-process runner says these exercise cells earn (cross-checks nbgrader).
+    Exercises missing from `fill` keep the student stub."""
+    pts = points(A01)
+    stub_nb = student_notebook(A01)
+    stubs = {c.metadata.nbgrader["grade_id"]: c.source for c in stub_nb.cells
+             if c.metadata.get("nbgrader", {}).get("solution")}
+    fills = {**stubs, **fill}
+    mod = next(m for m in modules() if m.ASSIGNMENT == A01)
+    return sum(pts[r.grade_id] for ex in mod.EXERCISES
+               for r in run_exercise(A01, ex, fills=fills) if r.passed)
+
+
+@pytest.fixture(scope="session")
+def fixture_class(tmp_path_factory):
+    base = tmp_path_factory.mktemp("class")
+    subs = base / "class"
+    sols = solution_sources(A01)
+    stub = student_notebook(A01)
+    write(student_notebook(A01, sols), subs / "ada" / f"{A01}.ipynb")  # full marks
+    write(stub, subs / "ben" / f"{A01}.ipynb")  # untouched
+    partial = {"softmax": sols["softmax"]}
+    write(student_notebook(A01, partial), subs / "cleo" / A01 / f"{A01}.ipynb")  # partial, nested
+    mistake = dict(sols, scaled_dot_product_attention=_mistake_code(
+        "scaled_dot_product_attention", "forgets the 1/sqrt(d_k) scale"))
+    write(student_notebook(A01, mistake), subs / "dan" / f"{A01}.ipynb")  # catalogued mistake
+    (subs / "eve").mkdir(parents=True)
+    (subs / "eve" / f"{A01}.ipynb").write_text('{"cells": [ {"cell_type": "code", ')  # malformed
+    (subs / "fay").mkdir(parents=True)
+    (subs / "fay" / "notes.txt").write_text("forgot the notebook")  # missing
+    loop = dict(sols, scaled_dot_product_attention="def scaled_dot_product_attention(q, k, v):\n"
+                "    while True:\n        pass\n")
+    write(student_notebook(A01, loop), subs / "gus" / f"{A01}.ipynb")  # infinite loop
+    nb = student_notebook(A01, sols)
+    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")
+                != "test_softmax_stable"]  # a deleted test cell
+    write(nb, subs / "hal" / f"{A01}.ipynb")
+    write(student_notebook(A01, sols), subs / "ivy" / f"{A01} (1).ipynb")  # renamed by a download
+    zpath = base / "class.zip"
+    with zipfile.ZipFile(zpath, "w") as z:
+        for p in sorted(subs.rglob("*")):
+            if p.is_file():
+                z.write(p, p.relative_to(base))
+    out = base / "out"
+    items = grade(zpath, out, names=[A01], timeout=20, log=lambda *a: None)
+    return out, items, {"partial": partial, "mistake": mistake}
+
+
+def test_fixture_class_scores(fixture_class):
+    out, items, fills = fixture_class
+    rows = _rows(out)
+    total = sum(points(A01).values())
+    assert set(rows) == {"ada", "ben", "cleo", "dan", "eve", "fay", "gus", "hal", "ivy"}
+    assert float(rows["ada"][A01]) == total
+    assert float(rows["ben"][A01]) == 0
+    assert float(rows["cleo"][A01]) == pytest.approx(_expected_score(fills["partial"]))
+    assert 0 < float(rows["cleo"][A01]) < total
+    assert float(rows["dan"][A01]) == pytest.approx(_expected_score(fills["mistake"]))
+    assert 0 < float(rows["dan"][A01]) < total
+    assert float(rows["ivy"][A01]) == total  # renamed, still graded
+    # a deleted test cell is restored from the source by nbgrader and graded
+    assert float(rows["hal"][A01]) == total
+    assert "deleted" in rows["hal"]["notes"]
+    # the infinite loop is interrupted; the rest of the notebook is graded
+    gus = float(rows["gus"][A01])
+    assert 0 < gus < total, gus
+    assert "limit" in rows["gus"]["notes"]
+
+
+def test_fixture_class_flags_broken_submissions(fixture_class):
+    out, items, _ = fixture_class
+    rows = _rows(out)
+    assert rows["eve"]["status"] == "flagged" and "malformed" in rows["eve"]["notes"]
+    assert rows["eve"][A01] == ""
+    assert rows["fay"]["status"] == "flagged" and "missing notebook" in rows["fay"]["notes"]
+    assert "notes.txt" in rows["fay"]["notes"]
+    assert "renamed" in rows["ivy"]["notes"]
+    for s in ("ada", "ben", "cleo", "dan", "gus", "hal", "ivy"):
+        assert rows[s]["status"] == "graded", (s, rows[s]["notes"])
+
+
+def test_fixture_class_feedback_and_report(fixture_class):
+    out, items, _ = fixture_class
+    for s in ("ada", "ben", "cleo", "dan", "gus", "hal", "ivy"):
+        fb = out / "feedback" / s / f"{A01}.html"
+        assert fb.exists() and fb.stat().st_size > 1000, s
+    assert not (out / "feedback" / "eve").exists()
+    report = (out / "report.md").read_text()
+    assert "test_softmax_rows" in report and "pass rate" in report.lower()
+    assert "eve" in report and "malformed" in report
+    assert (out / "score_histogram.png").read_bytes()[:4] == b"\x89PNG"
+    html = (out / "report.html").read_text()
+    assert "data:image/png;base64," in html
+    assert (out / "nbgrader_export.csv").exists()
+
+
+def test_fixture_class_gradebook(fixture_class):
+    out, items, _ = fixture_class
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{out / 'course' / 'gradebook.db'}") as gb:
+        students = {s.id for s in gb.students}
+        assert {"ada", "ben", "dan"} <= students
+        assert "eve" not in students  # never imported, so never half-graded
+        sub = gb.find_submission(A01, "ada")
+        assert sub.score == sub.max_score == sum(points(A01).values())
+        g = gb.find_grade("test_softmax_rows", A01, A01, "ben")
+        assert g.score == 0
+
+
+def test_grade_rejects_unknown_assignment(tmp_path):
+    (tmp_path / "s" / "x").mkdir(parents=True)
+    with pytest.raises(SystemExit, match="unknown assignment"):
+        grade(tmp_path / "s", tmp_path / "o", names=["99_nope"], log=lambda *a: None)
