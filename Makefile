@@ -30,6 +30,7 @@ install: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --port=$(PORT) \
 		$(if $(NO_BROWSER),--no-browser --ServerApp.ip=127.0.0.1,) \
+		$(if $(filter 0,$(shell id -u)),--allow-root,) \
 		--ServerApp.default_url=/lab/tree/notebooks
 
 test: $(STAMP)

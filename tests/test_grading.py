@@ -6,13 +6,11 @@
   renamed notebook), given as a zip, with assertions on grades.csv, feedback, the report and
   the gradebook."""
 import csv
-import json
-import zipfile
 
 import pytest
 
 from catalogue import modules, run_exercise
-from nbtools import NOTEBOOKS, SOLUTIONS, assignments, points, solution_sources, student_notebook, write
+from nbtools import NOTEBOOKS, assignments, make_fixture_class, points, solution_sources, student_notebook, write
 from tfsgrade.grade import grade
 
 A01 = "01_attention"
@@ -51,11 +49,6 @@ def test_roundtrip_solution_full_untouched_zero(roundtrip, assignment):
         assert (out / "feedback" / s / f"{assignment}.html").stat().st_size > 1000
 
 
-def _mistake_code(exercise, words):
-    mod = next(m for m in modules() if m.ASSIGNMENT == A01)
-    return next(m for m in mod.MISTAKES if m.exercise == exercise and words in m.description).code
-
-
 def _expected_score(fill):
     """What the in-process runner says these exercise cells earn (cross-checks nbgrader).
     Exercises missing from `fill` keep the student stub."""
@@ -72,36 +65,10 @@ def _expected_score(fill):
 @pytest.fixture(scope="session")
 def fixture_class(tmp_path_factory):
     base = tmp_path_factory.mktemp("class")
-    subs = base / "class"
-    sols = solution_sources(A01)
-    stub = student_notebook(A01)
-    write(student_notebook(A01, sols), subs / "ada" / f"{A01}.ipynb")  # full marks
-    write(stub, subs / "ben" / f"{A01}.ipynb")  # untouched
-    partial = {"softmax": sols["softmax"]}
-    write(student_notebook(A01, partial), subs / "cleo" / A01 / f"{A01}.ipynb")  # partial, nested
-    mistake = dict(sols, scaled_dot_product_attention=_mistake_code(
-        "scaled_dot_product_attention", "forgets the 1/sqrt(d_k) scale"))
-    write(student_notebook(A01, mistake), subs / "dan" / f"{A01}.ipynb")  # catalogued mistake
-    (subs / "eve").mkdir(parents=True)
-    (subs / "eve" / f"{A01}.ipynb").write_text('{"cells": [ {"cell_type": "code", ')  # malformed
-    (subs / "fay").mkdir(parents=True)
-    (subs / "fay" / "notes.txt").write_text("forgot the notebook")  # missing
-    loop = dict(sols, scaled_dot_product_attention="def scaled_dot_product_attention(q, k, v):\n"
-                "    while True:\n        pass\n")
-    write(student_notebook(A01, loop), subs / "gus" / f"{A01}.ipynb")  # infinite loop
-    nb = student_notebook(A01, sols)
-    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")
-                != "test_softmax_stable"]  # a deleted test cell
-    write(nb, subs / "hal" / f"{A01}.ipynb")
-    write(student_notebook(A01, sols), subs / "ivy" / f"{A01} (1).ipynb")  # renamed by a download
-    zpath = base / "class.zip"
-    with zipfile.ZipFile(zpath, "w") as z:
-        for p in sorted(subs.rglob("*")):
-            if p.is_file():
-                z.write(p, p.relative_to(base))
+    zpath, fills = make_fixture_class(base)
     out = base / "out"
     items = grade(zpath, out, names=[A01], timeout=20, log=lambda *a: None)
-    return out, items, {"partial": partial, "mistake": mistake}
+    return out, items, fills
 
 
 def test_fixture_class_scores(fixture_class):

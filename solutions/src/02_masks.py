@@ -128,7 +128,8 @@ print(torch.softmax(torch.tensor([[2.0, 1.0]]), dim=-1))  # the same numbers: th
 # of them 1 (which is then repeated). That is what lets one `(L, L)` causal mask serve every
 # sequence and every head. It is also what makes mask bugs silent: a wrong shape often still
 # broadcasts, just along the wrong axis. The table below is computed, not typed: scores
-# `(B, Lq, Lk) = (3, 4, 5)` for one head and `(B, H, Lq, Lk) = (3, 2, 4, 5)` for two.
+# `(B, Lq, Lk) = (3, 4, 5)` for one head (cross-attention, `Lq != Lk`), `(3, 5, 5)` for
+# self-attention, and `(B, H, Lq, Lk) = (3, 2, 4, 5)` for two heads.
 
 # %%
 B, H, Lq, Lk = 3, 2, 4, 5
@@ -148,12 +149,13 @@ def broadcast(mask_shape, scores_shape):
         out = tuple(torch.broadcast_shapes(mask_shape, scores_shape))
     except RuntimeError:
         return "error"
-    return f"{out}" + ("" if out == scores_shape else "  <- not the scores' shape!")
+    return f"{out}" + ("" if out == scores_shape else " <- not the scores' shape!")
 
 
-print(f"{'mask':44s} {'vs (B, Lq, Lk)':32s} vs (B, H, Lq, Lk)")
+print(f"{'mask':42s} {'vs (B, Lq, Lk)':38s} {'vs (B, Lk, Lk)':14s} vs (B, H, Lq, Lk)")
 for name, shape in mask_shapes.items():
-    print(f"{name:44s} {broadcast(shape, (B, Lq, Lk)):32s} {broadcast(shape, (B, H, Lq, Lk))}")
+    print(f"{name:42s} {broadcast(shape, (B, Lq, Lk)):38s} {broadcast(shape, (B, Lk, Lk)):14s} "
+          f"{broadcast(shape, (B, H, Lq, Lk))}")
 
 # %% [markdown]
 # Read it as a rule book:
@@ -167,7 +169,8 @@ for name, shape in mask_shapes.items():
 # | `(B, Lk)` | ✗ `B` lands on the query axis | ✗ | an error when `B != Lq`, **silently wrong** when `B == Lq` |
 # | `(B, Lk, 1)` | masks **queries**, not keys | ✗ | an error when `Lq != Lk`, **silently wrong** in self-attention |
 #
-# "Error" is the lucky case. The two silent traps deserve a demonstration; section 3.2 runs
+# Note the `(B, Lk, 1)` row: an error in cross-attention, but self-attention accepts it without
+# a word, and it is still wrong. "Error" is the lucky case. The two silent traps deserve a demonstration; section 3.2 runs
 # them once you have a padding mask.
 #
 # ## 3. The padding mask

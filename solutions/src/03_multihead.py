@@ -525,25 +525,30 @@ print("loop over heads == one batched computation:",
 # Python loop around them. Timing forward + backward (median of a few runs) at a moderate size:
 
 # %%
-def time_fwd_bwd(module, x, repeats=5):
-    times = []
-    for i in range(repeats + 1):
-        t0 = time.perf_counter()
-        module(x, x, x).sum().backward()
-        if i:  # the first run warms up
-            times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
+def time_fwd_bwd(modules, x, repeats=7):
+    """Best time of `repeats` forward + backward passes for each module. The runs are
+    interleaved and use one CPU thread, which keeps timings steady on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    best = [float("inf")] * len(modules)
+    try:
+        for _ in range(repeats):
+            for i, m in enumerate(modules):
+                t0 = time.perf_counter()
+                m(x, x, x).sum().backward()
+                best[i] = min(best[i], time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
+    return best
 
 
 torch.manual_seed(0)
 xb = torch.randn(8, 64, 128)
 print(" heads   batched (ms)   loop (ms)   loop / batched")
-timings = {}
 for h in (2, 8, 32):
     fast, slow = MultiHeadAttention(128, h), LoopMultiHeadAttention(128, h)
     copy_into_loop(fast, slow)
-    tb, tl = time_fwd_bwd(fast, xb), time_fwd_bwd(slow, xb)
-    timings[h] = (tb, tl)
+    tb, tl = time_fwd_bwd([fast, slow], xb)
     print(f"{h:6d} {tb * 1e3:13.2f} {tl * 1e3:11.2f} {tl / tb:12.1f}x")
 
 # %% [markdown]

@@ -26,16 +26,22 @@ from labdriver import (ARTIFACTS, NOTEBOOKS, REPO, SHOTS, TIMINGS, Lab, LabServe
 # --------------------------------------------------------------------------- ordering
 
 def pytest_collection_modifyitems(config, items):
-    """Keep the tests of one notebook together (it is run once and kept open while they
-    look at it); tests that are about no particular notebook go first."""
+    """Keep the tests of one notebook together (it is run once and kept open while they look
+    at it), running first, nbgrader's Validate last; the self-test of the slider check goes
+    first and the formgrader (which waits for the course directory) last."""
     here = Path(__file__).resolve().parent
     mine = [i for i, it in enumerate(items) if here in Path(str(it.fspath)).resolve().parents]
     order = {nb.id: k for k, nb in enumerate(NOTEBOOKS)}
+    files = ["test_browser_explorer_check.py", "test_browser_notebooks.py", "test_browser_nbgrader.py"]
 
     def key(pos):
         it = items[pos]
         nb = getattr(it, "callspec", None) and it.callspec.params.get("nb")
-        return (1, order.get(str(nb), 0), pos) if nb is not None else (0, 0, pos)
+        name = Path(str(it.fspath)).name
+        rank = files.index(name) if name in files else len(files)
+        if nb is None:
+            return (0 if rank == 0 else 2, 0, rank, pos)
+        return (1, order.get(str(nb), 0), rank, pos)
 
     ordered = [items[p] for p in sorted(mine, key=key)]
     for slot, it in zip(mine, ordered):
@@ -71,23 +77,55 @@ def workdir(chromium):
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def course_dir(workdir):
-    """An instructor course directory made by the course's own command."""
-    d = workdir / "course"
-    t0 = time.monotonic()
-    tfs = Path(sys.executable).parent / "tfs-grade"
-    r = subprocess.run([str(tfs), "course", str(d)], capture_output=True, text=True, cwd=REPO)
-    TIMINGS["session"]["course_dir_s"] = round(time.monotonic() - t0, 1)
-    assert r.returncode == 0, f"tfs-grade course failed:\n{r.stdout}\n{r.stderr}"
-    return d
+class CourseDir:
+    """An instructor course directory made by the course's own command, `tfs-grade course`.
+    It runs in the background (nbgrader's generate step takes a while); the lab needs only its
+    nbgrader_config.py, which the command writes first; the formgrader test waits for the rest."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.t0 = time.monotonic()
+        tfs = Path(sys.executable).parent / "tfs-grade"
+        self.log = path.parent / "tfs-grade-course.log"
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen([str(tfs), "course", str(path)], cwd=REPO,
+                                         stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_config(self, timeout: float = 120):
+        deadline = time.monotonic() + timeout
+        while not (self.path / "nbgrader_config.py").exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.wait()
+                raise AssertionError(f"tfs-grade course wrote no nbgrader_config.py in {self.path}")
+            time.sleep(0.1)
+
+    def wait(self, timeout: float = 600) -> Path:
+        rc = self.proc.wait(timeout=timeout)
+        TIMINGS["session"].setdefault("course_dir_s", round(time.monotonic() - self.t0, 1))
+        assert rc == 0, f"tfs-grade course failed ({rc}):\n{self.log.read_text(errors='replace')[-3000:]}"
+        return self.path
 
 
 @pytest.fixture(scope="session")
-def lab_server(workdir, course_dir):
+def course(workdir):
+    c = CourseDir(workdir / "course")
+    yield c
+    if c.proc.poll() is None:
+        c.proc.kill()
+        c.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def course_dir(course) -> Path:
+    return course.wait()
+
+
+@pytest.fixture(scope="session")
+def lab_server(workdir, course):
     # cwd = the course directory: nbgrader's formgrader and validator read nbgrader_config.py
     # from the server's working directory; the root is the repository, as with `make lab`.
-    server = LabServer(root_dir=REPO, cwd=course_dir, workdir=workdir / "lab")
+    course.wait_config()
+    server = LabServer(root_dir=REPO, cwd=course.path, workdir=workdir / "lab")
     server.start()
     TIMINGS["session"]["lab_start_s"] = round(server.start_seconds, 1)
     yield server

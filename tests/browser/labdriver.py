@@ -688,7 +688,7 @@ class Notebook:
         text = body.inner_text()
         status = "unknown"
         for cls in ("success", "failed", "changed", "passed"):
-            if body.locator(f".validation-{cls}").count():
+            if dialog.locator(f".validation-{cls}").count():
                 status = cls
                 break
         if status == "unknown" and "error running the validate command" in text:

@@ -439,7 +439,8 @@ def check_decoder_mask_values(make_decoder_mask):
     m = _call(make_decoder_mask, _DEC_TOKENS.clone(), what=what)
     _decoder_shape(m, _DEC_TOKENS, what)
     _decoder_values(m, _DEC_TOKENS, 0, what)
-    tokens = torch.tensor([[1, 0, 4, 5, 2, 2, 2], [3, 6, 0, 1, 4, 8, 2]])
+    tokens = torch.tensor([[1, 0, 4, 5, 2, 2, 2], [3, 6, 0, 1, 4, 8, 2],
+                           [2, 2, 5, 1, 0, 3, 4]])  # the last one is left-padded
     what = "make_decoder_mask(tokens, pad_id=2)"
     m = _call(make_decoder_mask, tokens.clone(), pad_id=2, what=what)
     _decoder_shape(m, tokens, what)

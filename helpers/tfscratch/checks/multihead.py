@@ -154,7 +154,8 @@ def _combine_shape_hint(y, B, H, L, Dh):
         return ("the heads were summed or averaged: concatenate them instead (each head keeps "
                 "its own D_h features; W_o mixes them afterwards).")
     if s == (B, H, L * Dh) or s == (B, H * Dh, L):
-        return "transpose(1, 2) brings the sequence axis forward before the heads are merged."
+        return ("the heads are still on axis 1: read the sizes in the order (B, H, L, D_h), "
+                "transpose(1, 2) to bring the tokens forward, then merge (H, D_h) into H * D_h.")
     return ("The input is (B, H, L, D_h): read the sizes in that order (B, H, L, Dh = x.shape), "
             "then transpose(1, 2) and merge the last two axes into H * D_h.")
 
@@ -264,8 +265,11 @@ def _make(cls, *args, **kwargs):
     for name in ("w_q", "w_k", "w_v", "w_o"):
         lay = getattr(m, name, None)
         if lay is None:
-            fail(f"MultiHeadAttention({argtxt}) has no attribute `{name}`. Name the four "
-                 "projections w_q, w_k, w_v and w_o, each nn.Linear(d_model, d_model, bias=bias).")
+            fail(f"MultiHeadAttention({argtxt}) has no attribute `{name}` after __init__. Create "
+                 "the four projections w_q, w_k, w_v and w_o in __init__, each "
+                 "nn.Linear(d_model, d_model, bias=bias) (check the spelling: the study notes "
+                 "assign self.wk twice and never create wv). Layers created inside forward get "
+                 "new random weights at every call and are never trained.")
         if isinstance(lay, (list, tuple, dict)):
             fail(f"self.{name} is a plain Python {type(lay).__name__}: the layers inside it are NOT "
                  "registered, so they are missing from parameters() and state_dict() (the "

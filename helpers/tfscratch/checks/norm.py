@@ -58,6 +58,17 @@ def _compare(actual, expected, what, candidates=None, hint="", atol=1e-5, rtol=1
     check_close(actual, expected, what, hint, atol=atol, rtol=rtol)
 
 
+def _call(fn, *args, shortcuts, what, **kwargs):
+    """core.call, plus a hint for the classic `if weight:` on a tensor."""
+    try:
+        return call(fn, *args, shortcuts=shortcuts, what=what, **kwargs)
+    except CheckFailed as e:
+        if "ambiguous" in str(e) and "Boolean value of Tensor" in str(e):
+            raise CheckFailed(f"{e}\n`if weight:` asks a whole tensor for one True/False. Test "
+                              "for the missing argument instead: `if weight is not None:`.") from e
+        raise
+
+
 def _need_tensor(y, what):
     if not isinstance(y, torch.Tensor):
         fail(f"{what} returned {type(y).__name__}, not a tensor. Return the normalised tensor "
@@ -81,6 +92,8 @@ AXIS0 = ("you normalised over the batch axis (dim=0), one statistic per feature:
          "BatchNorm. LayerNorm normalises each row (token) over its LAST axis, dim=-1.")
 LAST2 = ("you normalised over the last TWO axes (positions and features together): LayerNorm "
          "takes one mean and variance per token, over the last axis only (dim=-1).")
+DIM1 = ("you normalised over dim=1, which is the last axis only for 2-D inputs; for (B, L, D) "
+        "it is the positions. Use dim=-1 so that every rank works.")
 ALL_AXES = ("you used one mean and variance for the whole tensor: LayerNorm takes them per "
             "token, over the last axis (dim=-1, keepdim=True).")
 NO_KEEPDIM = ("the mean/variance lost their reduced axis: without keepdim=True the (N,) "
@@ -150,6 +163,7 @@ def _ln_candidates(x, w=None, b=None, eps=1e-5):
                                                                     unbiased=True)
     if x.dim() >= 3:
         c[LAST2] = _ln64(x, w, b, eps, dims=(-2, -1))
+        c[DIM1] = _ln64(x, w, b, eps, dims=(1,))
         c[ALL_AXES] = _ln64(x, w, b, eps, dims=tuple(range(x.dim())))
     elif x.dim() == 2:
         c[ALL_AXES] = _ln64(x, w, b, eps, dims=(0, 1))
@@ -179,7 +193,7 @@ def _torch_ln(x, w=None, b=None, eps=1e-5):
 
 
 def _ln_call(layer_norm, x, *args, what, **kwargs):
-    return _need_tensor(call(layer_norm, x, *args, shortcuts=LN, what=what, **kwargs), what)
+    return _need_tensor(_call(layer_norm, x, *args, shortcuts=LN, what=what, **kwargs), what)
 
 
 # --------------------------------------------------------------------------- layer_norm
@@ -310,7 +324,7 @@ def check_layer_norm_against_torch(layer_norm, seed=0, shapes=((4, 10),), eps_va
 
 # --------------------------------------------------------------------------- LayerNorm module
 def _make(cls, *args, shortcuts, what, **kwargs):
-    m = call(cls, *args, shortcuts=shortcuts, what=what, **kwargs)
+    m = _call(cls, *args, shortcuts=shortcuts, what=what, **kwargs)
     if not isinstance(m, nn.Module):
         fail(f"{what} did not build an nn.Module (got {type(m).__name__}): subclass nn.Module and "
              "call super().__init__() first.")
@@ -376,10 +390,15 @@ def check_LayerNorm_matches_torch(LayerNorm, seed=0, cases=((6, (4,), 1e-5), (8,
             ref.bias.copy_(b)
         xa = x.clone().requires_grad_(True)
         what = f"{label}(x) for x of shape {tuple(x.shape)}"
-        y = _need_tensor(call(m, xa, shortcuts=LN, what=what), what)
+        y = _need_tensor(_call(m, xa, shortcuts=LN, what=what), what)
         xb = x.clone().requires_grad_(True)
         expected = ref(xb)
         cands = _ln_candidates(x, w, b, eps)
+        if eps == 1e-5:
+            for e in (1e-6, 1e-12):
+                cands = {(f"LayerNorm(d) behaves as if eps={e}: the default must be eps=1e-5, "
+                          "nn.LayerNorm's (the tutorial's 1e-6 is a different layer)."):
+                         _ln64(x, w, b, e), **cands}
         if eps != 1e-5:
             cands[("the module ignores its eps: pass self.eps on to the normalisation (it "
                    "used 1e-5).")] = _ln64(x, w, b, 1e-5)
@@ -570,7 +589,7 @@ def _fmt(t):
 
 
 def _bn_call(batch_norm, x, rm, rv, *args, what, **kwargs):
-    return _need_tensor(call(batch_norm, x, rm, rv, *args, shortcuts=BN, what=what, **kwargs),
+    return _need_tensor(_call(batch_norm, x, rm, rv, *args, shortcuts=BN, what=what, **kwargs),
                         what)
 
 
@@ -771,7 +790,7 @@ def _buf(m, name):
 
 
 def _module_forward(m, x, what):
-    return _need_tensor(call(m, x, shortcuts=BN, what=what), what)
+    return _need_tensor(_call(m, x, shortcuts=BN, what=what), what)
 
 
 def check_BatchNorm_train_eval(BatchNorm, seed=0, cases=((4, (6,), 1e-5, 0.1, 3),
@@ -876,6 +895,8 @@ RMS_L2 = ("you divided by the L2 norm ||x||; RMS is the norm divided by sqrt(D):
 RMS_NO_SQRT = "you divided by mean(x^2); divide by its square root, sqrt(mean(x^2) + eps)."
 RMS_EPS_OUT = "eps was added outside the square root: use sqrt(mean(x^2) + eps)."
 RMS_AXIS0 = "the mean of x^2 was taken over dim=0; RMSNorm normalises each vector over dim=-1."
+RMS_GLOBAL = ("you took one mean of x^2 over the whole tensor; RMSNorm takes one per vector, "
+              "over dim=-1 with keepdim=True.")
 RMS_NO_W = "the weight was not applied: y = x / rms * weight."
 RMS_BIAS = "RMSNorm has a scale and NO bias; do not add one."
 RMS_STD = ("you divided by the standard deviation (x.std()): RMSNorm divides by the root mean "
@@ -905,6 +926,7 @@ def _rms_candidates(x, w, eps):
     }
     if x.dim() >= 2 and x.shape[0] > 1:
         c[RMS_AXIS0] = _rms64(x, w, eps, dims=(0,))
+        c[RMS_GLOBAL] = _rms64(x, w, eps, dims=tuple(range(x.dim())))
     if w is not None:
         c[RMS_NO_W] = _rms64(x, None, eps)
     for e in (1e-6, 1e-5, 1e-8):
@@ -923,13 +945,13 @@ def check_rms_norm_basic(rms_norm):
     x = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0], [2.0, -1.0, 0.5, 0.0, 3.0],
                       [0.001, -0.002, 0.0015, 0.0, 0.001]])
     what = "rms_norm(x) for x of shape (3, 5)"
-    y = _need_tensor(call(rms_norm, x, shortcuts=LN, what=what), what)
+    y = _need_tensor(_call(rms_norm, x, shortcuts=LN, what=what), what)
     _compare(y, _torch_rms(x), what, _rms_candidates(x, None, 1e-6),
              "y = x / sqrt(mean(x^2, dim=-1, keepdim=True) + eps).")
     w = torch.tensor([1.0, 0.5, 2.0, -1.0, 3.0])
     xa, wa = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
     what = "rms_norm(x, weight)"
-    y = _need_tensor(call(rms_norm, xa, wa, shortcuts=LN, what=what), what)
+    y = _need_tensor(_call(rms_norm, xa, wa, shortcuts=LN, what=what), what)
     _compare(y, _torch_rms(x, w), what, _rms_candidates(x, w, 1e-6), "y = x / rms(x) * weight.")
     g = torch.linspace(-1, 1, 15).reshape(3, 5)
     if not y.requires_grad:
@@ -954,7 +976,7 @@ def check_rms_norm_against_torch(rms_norm, seed=0, shapes=((4, 8),), eps_values=
             w = torch.randn(shape[-1])
         for eps in eps_values:
             what = f"rms_norm(x, weight, eps={eps}) for x of shape {tuple(shape)}"
-            y = _need_tensor(call(rms_norm, x, w, eps=eps, shortcuts=LN, what=what), what)
+            y = _need_tensor(_call(rms_norm, x, w, eps=eps, shortcuts=LN, what=what), what)
             _compare(y, _torch_rms(x, w, eps), what, _rms_candidates(x, w, eps),
                      "Compared with F.rms_norm.")
             n += 1

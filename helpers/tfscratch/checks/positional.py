@@ -378,11 +378,11 @@ def _forward(m, x, what):
     return call(m, x, what=f"{what} forward on x {tuple(x.shape)}")
 
 
-def _check_out(out, x, L, d, what, extra=None):
-    check_shape(out, x.shape, f"{what}(x) for x of shape {tuple(x.shape)}",
+def _check_out(out, x, L, d, what, ctx=""):
+    check_shape(out, x.shape, f"{what}(x){ctx} for x of shape {tuple(x.shape)}",
                 "The output has the shape of the input: the table is added, not concatenated.")
     if out.dtype != x.dtype:
-        fail(f"{what}(x) has dtype {out.dtype} for a float32 x: keep the table float32, or the "
+        fail(f"{what}(x){ctx} has dtype {out.dtype} for a float32 x: keep the table float32, or the "
              "whole model downstream silently runs in float64.")
     B = x.shape[0]
     pos = list(range(L))
@@ -404,14 +404,12 @@ def _check_out(out, x, L, d, what, extra=None):
         "x is returned unchanged: add the table.": xd,
         "the table was subtracted: add it.": xd - pe,
     }
-    if extra:
-        cands.update(extra)
     why = _match(a, cands, tol)
     if why:
-        fail(f"{what}(x) is wrong: {why}")
+        fail(f"{what}(x){ctx} is wrong: {why}")
     diff = (a - expected).abs()
     b, l, c = (int(j) for j in torch.nonzero(diff == diff.max())[0])
-    fail(f"{what}(x) is not x + pe[:L].\n  worst element at batch {b}, position {l}, dimension "
+    fail(f"{what}(x){ctx} is not x + pe[:L].\n  worst element at batch {b}, position {l}, dimension "
          f"{c}: actual {a[b, l, c].item():.6g}, expected {expected[b, l, c].item():.6g}\n"
          "forward(x) returns dropout(x + pe[:L]) with L = x.size(1), the sequence axis.")
 
@@ -503,7 +501,7 @@ def check_pe_module_batch_invariance(cls, d=8, L=4, max_len=20, batches=(1, 3, 4
             fail(f"{e}\nThe forward fails for batch size B={B} with L={L}: slice the table on "
                  "the SEQUENCE axis, pe[:x.size(1)] (or pe[:, :x.size(1)] for a (1, max_len, D) "
                  "table). Slicing with x.size(0), the batch size, only works when B == L.")
-        _check_out(out, x, L, d, f"{what} with batch size {B},")
+        _check_out(out, x, L, d, what, f" at batch size {B}")
         check_true(torch.allclose(out[:1].detach().double(), reference, atol=1e-5),
                    f"the first sequence gives a different output at batch size {B}.")
     passed(f"PositionalEncoding: the same sequence gets the same output at batch sizes {list(batches)}")
@@ -519,7 +517,7 @@ def check_pe_module_max_len(cls, d=6, max_len=10):
     m.eval()
     x = torch.randn(2, max_len, d, generator=torch.Generator().manual_seed(4))
     out = _forward(m, x, what)
-    _check_out(out, x, max_len, d, f"{what} at L = max_len,")
+    _check_out(out, x, max_len, d, what, " at L = max_len")
     x = torch.randn(2, max_len + 1, d, generator=torch.Generator().manual_seed(5))
     try:
         out = call(m, x, what=f"{what} forward on x {tuple(x.shape)}")
@@ -550,7 +548,7 @@ def check_pe_module_dropout(cls, d=16, L=12, p=0.5):
         fail(f"{what}: in eval mode {zeros:.0%} of the outputs are 0: dropout is still active. "
              "Use an nn.Dropout submodule (it follows model.eval()), or "
              "F.dropout(..., training=self.training).")
-    _check_out(out, x, L, d, f"{what} in eval mode")
+    _check_out(out, x, L, d, what, " in eval mode")
     m.train()
     with seeded(8):
         out = _forward(m, x, f"{what} in train mode")

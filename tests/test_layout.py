@@ -1,0 +1,123 @@
+"""The layout of COURSE_SPEC section 2, the generated files current, the two dependency
+lists in step, the README's two commands."""
+import re
+import tomllib
+
+from nbtools import NOTEBOOKS, REPO, SOLUTIONS, assignments, read
+from tfsgrade import build, cli
+
+SPEC_NOTEBOOKS = ["01_attention", "02_masks", "03_multihead", "04_normalization",
+                  "05_positional_encoding", "06_blocks", "07_transformer", "08_decoder_only"]
+
+
+def test_layout():
+    for p in ["notebooks", "solutions", "autograder", "helpers", "tests", "environment.yml",
+              "pyproject.toml", "README.md", "Makefile", ".ci/run"]:
+        assert (REPO / p).exists(), f"missing {p}"
+    names = assignments()
+    assert names, "no solution notebooks"
+    assert set(names) <= set(SPEC_NOTEBOOKS), f"unexpected notebooks {set(names) - set(SPEC_NOTEBOOKS)}"
+    for a in names:
+        assert (NOTEBOOKS / f"{a}.ipynb").exists(), f"notebooks/{a}.ipynb was not released"
+        assert (SOLUTIONS / "src" / f"{a}.py").exists()
+
+
+def test_generated_notebooks_are_current():
+    problems = cli.stale()
+    assert not problems, "\n".join(problems)
+
+
+def test_student_notebooks_have_no_solutions_or_hidden_tests():
+    for a in assignments():
+        text = (NOTEBOOKS / f"{a}.ipynb").read_text()
+        for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS"):
+            assert marker not in text, f"notebooks/{a}.ipynb contains {marker!r}"
+        nb = read(NOTEBOOKS / f"{a}.ipynb")
+        stubs = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+        assert stubs and all("raise NotImplementedError()" in c.source for c in stubs)
+
+
+def test_cell_conventions():
+    """Solution grade_id = the name it defines; tests named test_<exercise>...; points set."""
+    for a in assignments():
+        nb = read(SOLUTIONS / f"{a}.ipynb")
+        exercises = []
+        for c in nb.cells:
+            m = c.metadata.get("nbgrader", {})
+            if m.get("solution"):
+                gid = m["grade_id"]
+                assert re.search(rf"^(def|class) {re.escape(gid)}\b", c.source, re.M), \
+                    f"{a}: solution cell {gid} does not define {gid}"
+                exercises.append(gid)
+            if m.get("grade"):
+                assert m["points"] > 0 and m["locked"]
+                assert any(m["grade_id"] == f"test_{e}" or m["grade_id"].startswith(f"test_{e}_")
+                           for e in exercises), f"{a}: {m['grade_id']} follows no exercise"
+                assert "BEGIN HIDDEN TESTS" not in c.source or c.source.index("BEGIN HIDDEN") > 0
+        for e in exercises:
+            assert any(c.metadata.get("nbgrader", {}).get("grade_id", "").startswith(f"test_{e}")
+                       for c in nb.cells), f"{a}: exercise {e} has no graded test"
+
+
+def test_spec_exercises_present():
+    spec = {
+        "01_attention": ["softmax", "scaled_dot_product_attention"],
+        "02_masks": ["make_padding_mask", "make_causal_mask", "make_decoder_mask",
+                     "scaled_dot_product_attention"],
+        "03_multihead": ["split_heads", "combine_heads", "MultiHeadAttention"],
+        "04_normalization": ["layer_norm", "batch_norm", "LayerNorm", "BatchNorm"],
+        "05_positional_encoding": ["sinusoidal_positional_encoding", "PositionalEncoding",
+                                   "pe_shift_matrix"],
+        "06_blocks": ["FeedForward", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder"],
+        "07_transformer": ["Transformer", "greedy_decode"],
+        "08_decoder_only": ["DecoderOnlyLM", "generate"],
+    }
+    for a in assignments():
+        nb = read(SOLUTIONS / f"{a}.ipynb")
+        have = {c.metadata.nbgrader["grade_id"] for c in nb.cells
+                if c.metadata.get("nbgrader", {}).get("solution")}
+        assert set(spec[a]) <= have, f"{a} lacks exercises {set(spec[a]) - have}"
+
+
+def _names(reqs):
+    return {re.split(r"[<>=!~\[; ]", r.strip(), maxsplit=1)[0].lower().replace("_", "-")
+            for r in reqs if r.strip()}
+
+
+def test_dependency_lists_agree():
+    py = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pip_names = _names(py["dependencies"] + py["optional-dependencies"]["test"])
+    env = (REPO / "environment.yml").read_text()
+    conda = set()
+    for line in env.splitlines():
+        m = re.match(r"\s+- ([A-Za-z0-9_.-]+)", line)
+        if m and m.group(1) not in ("pip", "python", "cpuonly", "-e"):
+            conda.add(m.group(1).lower().replace("_", "-"))
+    conda = {"torch" if n == "pytorch" else n for n in conda}
+    assert pip_names == conda, f"pip only: {pip_names - conda}; conda only: {conda - pip_names}"
+    for must in ("torch", "jupyterlab", "nbgrader", "matplotlib", "ipywidgets", "pytest"):
+        assert must in pip_names
+
+
+def test_readme_starts_with_the_two_commands():
+    text = (REPO / "README.md").read_text()
+    head = text[: text.find("\n## ", 10) if "\n## " in text[10:] else 2000]
+    assert "make lab" in head and "make test" in head, "README must open with make lab / make test"
+    mk = (REPO / "Makefile").read_text()
+    assert re.search(r"^lab:", mk, re.M) and re.search(r"^test:", mk, re.M)
+    assert "make test" in (REPO / ".ci" / "run").read_text()
+
+
+def test_build_is_deterministic_and_rejects_bad_sources(tmp_path):
+    for a in assignments():
+        one = build.build_notebook(SOLUTIONS / "src" / f"{a}.py")
+        two = build.build_notebook(SOLUTIONS / "src" / f"{a}.py")
+        assert one == two
+    bad = tmp_path / "99_bad.py"
+    bad.write_text("# %% [test] no_prefix\nx = 1\n")
+    import pytest
+    with pytest.raises(build.SourceError, match="test ids start with test_"):
+        build.build_notebook(bad)
+    bad.write_text("x = 1\n# %%\n")
+    with pytest.raises(build.SourceError, match="before the first"):
+        build.build_notebook(bad)

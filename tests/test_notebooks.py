@@ -1,0 +1,62 @@
+"""Every solution notebook runs top to bottom headless without an error, within its time
+budget, and shows the figures it draws; every notebook is stored without outputs."""
+import os
+import time
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from nbtools import NOTEBOOKS, REPO, SOLUTIONS, assignments, read
+
+BUDGET = {"07_transformer": 90}  # seconds; 60 for every other notebook (plus start-up slack)
+DRAWS = ("plots.", "explore(", "plt.", "fig.", ".plot(", "imshow(")
+TIMES = {}
+
+
+def execute(path, env=None):
+    nb = read(path)
+    old = dict(os.environ)
+    os.environ.update(env or {})
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    try:
+        client = NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                                resources={"metadata": {"path": str(REPO / "notebooks")}})
+        t0 = time.perf_counter()
+        client.execute()
+        return nb, time.perf_counter() - t0
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_solution_executes_headless(assignment, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "NBGRADER_EXECUTION"}
+    nb, secs = execute(SOLUTIONS / f"{assignment}.ipynb", env)
+    TIMES[assignment] = secs
+    errors = [(c.metadata.get("nbgrader", {}).get("grade_id") or c.id, o.ename, o.evalue)
+              for c in nb.cells if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors, f"{assignment}: error outputs: {errors}"
+    stderr = [(c.id, o.text[:300]) for c in nb.cells if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.output_type == "stream" and o.name == "stderr"
+              and c.metadata.get("nbgrader", {}).get("grade")]
+    assert not stderr, f"{assignment}: test cells wrote to stderr (nbgrader would score 0): {stderr}"
+    missing = [c.id for c in nb.cells if c.cell_type == "code"
+               and any(d in c.source for d in DRAWS) and not c.source.lstrip().startswith("def ")
+               and not any("image/png" in o.get("data", {}) for o in c.get("outputs", []))
+               and "# no-figure" not in c.source]
+    assert not missing, f"{assignment}: cells that draw show no figure: {missing}"
+    nbformat.write(nb, tmp_path / f"{assignment}.executed.ipynb")
+    budget = BUDGET.get(assignment, 60)
+    assert secs < budget * 1.5, f"{assignment} took {secs:.0f}s headless (budget {budget}s)"
+
+
+@pytest.mark.parametrize("path", sorted(SOLUTIONS.glob("*.ipynb")) + sorted(NOTEBOOKS.glob("*.ipynb")),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_stored_without_outputs(path):
+    nb = read(path)
+    dirty = [c.id for c in nb.cells if c.cell_type == "code"
+             and (c.get("outputs") or c.get("execution_count") is not None)]
+    assert not dirty, f"{path.name} is stored with outputs in cells {dirty}"
