@@ -89,11 +89,11 @@ def test_dependency_lists_agree():
     pip_names = _names(py["dependencies"] + py["optional-dependencies"]["test"])
     env = (REPO / "environment.yml").read_text()
     conda = set()
-    for line in env.splitlines():
+    for line in env.split("dependencies:", 1)[1].splitlines():
         m = re.match(r"\s+- ([A-Za-z0-9_.-]+)", line)
         if m and m.group(1) not in ("pip", "python", "cpuonly", "-e"):
             conda.add(m.group(1).lower().replace("_", "-"))
-    conda = {"torch" if n == "pytorch" else n for n in conda}
+    conda = {"torch" if n in ("pytorch", "pytorch-cpu") else n for n in conda}
     assert pip_names == conda, f"pip only: {pip_names - conda}; conda only: {conda - pip_names}"
     for must in ("torch", "jupyterlab", "nbgrader", "matplotlib", "ipywidgets", "pytest"):
         assert must in pip_names

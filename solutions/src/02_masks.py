@@ -127,20 +127,23 @@ print(torch.softmax(torch.tensor([[2.0, 1.0]]), dim=-1))  # the same numbers: th
 # Broadcasting lines the shapes up *from the right*; each pair of sizes must be equal, or one
 # of them 1 (which is then repeated). That is what lets one `(L, L)` causal mask serve every
 # sequence and every head. It is also what makes mask bugs silent: a wrong shape often still
-# broadcasts, just along the wrong axis. The table below is computed, not typed: scores
-# `(B, Lq, Lk) = (3, 4, 5)` for one head (cross-attention, `Lq != Lk`), `(3, 5, 5)` for
-# self-attention, and `(B, H, Lq, Lk) = (3, 2, 4, 5)` for two heads.
+# broadcasts, just along the wrong axis. The table below is computed, not typed: each mask
+# against one-head scores `(B, Lq, Lk) = (3, 4, 5)` (cross-attention, `Lq != Lk`), against
+# self-attention scores `(3, 5, 5)`, and against two-head scores `(B, H, Lq, Lk) = (3, 2, 4, 5)`.
+# `WRONG` marks a result that is not the scores' own shape.
 
 # %%
-B, H, Lq, Lk = 3, 2, 4, 5
-mask_shapes = {
-    "(B, 1, Lk)    padding mask": (B, 1, Lk),
-    "(Lq, Lk)      causal mask": (Lq, Lk),
-    "(B, Lq, Lk)   decoder mask": (B, Lq, Lk),
-    "(B, 1, 1, Lk) padding, with a head axis": (B, 1, 1, Lk),
-    "(B, 1, Lq, Lk) decoder, with a head axis": (B, 1, Lq, Lk),
-    "(B, Lk)       trap: no query axis": (B, Lk),
-    "(B, Lk, 1)    trap: axis on the wrong side": (B, Lk, 1),
+B, H = 3, 2
+settings = {"cross-attn (3, 4, 5)": (4, 5), "self-attn (3, 5, 5)": (5, 5),
+            "heads (3, 2, 4, 5)": (4, 5)}
+mask_shapes = {  # each mask's shape for given Lq, Lk
+    "(B, 1, Lk)     padding mask": lambda Lq, Lk: (B, 1, Lk),
+    "(Lq, Lk)       causal mask": lambda Lq, Lk: (Lq, Lk),
+    "(B, Lq, Lk)    decoder mask": lambda Lq, Lk: (B, Lq, Lk),
+    "(B, 1, 1, Lk)  padding + head axis": lambda Lq, Lk: (B, 1, 1, Lk),
+    "(B, 1, Lq, Lk) decoder + head axis": lambda Lq, Lk: (B, 1, Lq, Lk),
+    "(B, Lk)        trap: no query axis": lambda Lq, Lk: (B, Lk),
+    "(B, Lk, 1)     trap: wrong side": lambda Lq, Lk: (B, Lk, 1),
 }
 
 
@@ -149,13 +152,16 @@ def broadcast(mask_shape, scores_shape):
         out = tuple(torch.broadcast_shapes(mask_shape, scores_shape))
     except RuntimeError:
         return "error"
-    return f"{out}" + ("" if out == scores_shape else " <- not the scores' shape!")
+    return f"{out}" + ("" if out == scores_shape else " WRONG")
 
 
-print(f"{'mask':42s} {'vs (B, Lq, Lk)':38s} {'vs (B, Lk, Lk)':14s} vs (B, H, Lq, Lk)")
-for name, shape in mask_shapes.items():
-    print(f"{name:42s} {broadcast(shape, (B, Lq, Lk)):38s} {broadcast(shape, (B, Lk, Lk)):14s} "
-          f"{broadcast(shape, (B, H, Lq, Lk))}")
+print(f"{'mask':36s}" + "".join(f"{s:24s}" for s in settings))
+for name, shape_of in mask_shapes.items():
+    cells = []
+    for setting, (Lq, Lk) in settings.items():
+        scores_shape = (B, H, Lq, Lk) if setting.startswith("heads") else (B, Lq, Lk)
+        cells.append(broadcast(shape_of(Lq, Lk), scores_shape))
+    print(f"{name:36s}" + "".join(f"{c:24s}" for c in cells))
 
 # %% [markdown]
 # Read it as a rule book:
@@ -170,8 +176,8 @@ for name, shape in mask_shapes.items():
 # | `(B, Lk, 1)` | masks **queries**, not keys | ✗ | an error when `Lq != Lk`, **silently wrong** in self-attention |
 #
 # Note the `(B, Lk, 1)` row: an error in cross-attention, but self-attention accepts it without
-# a word, and it is still wrong. "Error" is the lucky case. The two silent traps deserve a demonstration; section 3.2 runs
-# them once you have a padding mask.
+# a word, and it is still wrong. "Error" is the lucky case. The two silent traps deserve a
+# demonstration; section 3.2 runs them once you have a padding mask.
 #
 # ## 3. The padding mask
 #
@@ -457,8 +463,9 @@ print("at seqlen == max_seq_len it runs:", tuple((full_len + buffer[:, :max_seq_
 
 # %% [markdown]
 # It only fails for sequences shorter than `max_seq_len`; a test on full-length inputs passes.
-# (The same class also checks `self.is_casual` after setting `self.is_causal`, and adds `mask`
-# where it means `self.mask`.) The course's design avoids the whole family: a boolean `(L, L)`
+# (The same notes also test `self.is_casual` after setting `self.is_causal`, and another version
+# adds `mask` where it means `self.mask`: in a notebook, a global `mask` left over from an
+# earlier cell makes that run silently.) The course's design avoids the whole family: a boolean `(L, L)`
 # mask made on demand for the actual length needs no buffer, no slicing, and broadcasts against
 # 3-D and 4-D scores alike.
 #
@@ -641,8 +648,8 @@ for name in ("masked_fill", "additive"):
 #
 # - `mask=None` means nothing is masked (plain attention).
 # - The mask is boolean, `True` = may attend, and broadcastable to the scores `(..., Lq, Lk)`:
-#   `(B, 1, Lk)`, `(Lq, Lk)`, `(B, Lq, Lk)`, and with heads `(B, 1, 1, Lk)`, `(B, H, Lq, Lk)`,
-#   .... Use it as it is (no `unsqueeze`, no reshape, no `scores[~mask] = ...` indexing, which
+#   `(B, 1, Lk)`, `(Lq, Lk)`, `(B, Lq, Lk)`, and with heads `(B, 1, 1, Lk)`, `(B, H, Lq, Lk)`
+#   and so on. Use it as it is (no `unsqueeze`, no reshape, no `scores[~mask] = ...` indexing, which
 #   needs the exact shape).
 # - Masked keys get weight **exactly** 0; every row with at least one allowed key sums to 1.
 # - A row whose keys are all masked must come out finite, in the forward pass *and* the

@@ -157,7 +157,7 @@ fig.tight_layout()
 # %% [markdown]
 # With `view` + `transpose`, head 0 sees features 0-2 of **every** token and head 1 features
 # 3-5: one colour per head, all four tokens in order. With `view` alone, "head 0" sees tokens
-# 0 and 1 chopped into rows, mixing both heads' features, and its "token 2" is really the
+# 0 and 1 chopped into rows, mixing both heads' features, and its "token 1" is really the
 # second half of token 0. Attention over such rows is meaningless, yet every shape downstream
 # is right, so the bug only shows up as a model that trains badly. The checks below catch it
 # by tracking where every number goes.
@@ -525,7 +525,7 @@ print("loop over heads == one batched computation:",
 # Python loop around them. Timing forward + backward (median of a few runs) at a moderate size:
 
 # %%
-def time_fwd_bwd(modules, x, repeats=7):
+def time_fwd_bwd(modules, x, repeats=10):
     """Best time of `repeats` forward + backward passes for each module. The runs are
     interleaved and use one CPU thread, which keeps timings steady on a busy machine."""
     threads = torch.get_num_threads()
@@ -552,9 +552,12 @@ for h in (2, 8, 32):
     print(f"{h:6d} {tb * 1e3:13.2f} {tl * 1e3:11.2f} {tl / tb:12.1f}x")
 
 # %% [markdown]
-# The gap grows with the number of heads: every extra head adds three small matrix products,
-# a softmax and a few Python calls, each too small to keep the CPU's vector units busy. (On a
-# GPU it is worse still: each small product is a separate kernel launch.)
+# With two heads the two versions are close: the work is in a few large products either way.
+# As heads multiply the loop falls behind: every extra head adds three small matrix products, a
+# softmax and a handful of Python calls, each too small to keep the CPU's vector units busy (on
+# a GPU it is worse still: every small product is a separate kernel launch). On a quiet laptop
+# the loop takes about twice as long at 8 and 32 heads; on a busy machine timings jump around,
+# so rerun the cell if the numbers look odd.
 #
 # Now the bug. The study notes keep the per-head layers in **plain Python lists**:
 #

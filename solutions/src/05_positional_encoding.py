@@ -647,8 +647,8 @@ for B in (1, 5, 3):
 # $$h_0 = \operatorname{Embedding}(tokens)\cdot\sqrt{d_{model}} + PE_{[:L]}.$$
 #
 # Why multiply by $\sqrt{d_{model}}$? In the original model the embedding matrix is shared with
-# the output layer and initialised with entries of size about $1/\sqrt{d_{model}}$, so a token
-# vector has length about 1, while every positional code has length $\sqrt{d_{model}/2}$
+# the output layer, whose weights are typically initialised with entries of size about
+# $1/\sqrt{d_{model}}$, so a token vector has length about 1, while every positional code has length $\sqrt{d_{model}/2}$
 # (each pair contributes $\sin^2 + \cos^2 = 1$). Unscaled, position would drown the token;
 # multiplied by $\sqrt{d_{model}}$ the two are of the same size at every width:
 
@@ -753,7 +753,8 @@ fig.colorbar(im, ax=axes, shrink=0.85)
 # | mistake | what happens |
 # | --- | --- |
 # | sin and cos swapped (even columns cos) | a valid-looking table that matches no trained model |
-# | exponent `i/d` instead of `2i/d` (or every column its own frequency) | wavelengths too long; pairs no longer share a frequency, the rotation property breaks |
+# | exponent `i/d` instead of `2i/d` | the slowest pair repeats after $2\pi\sqrt{\text{base}}$ positions instead of almost $2\pi \cdot \text{base}$ |
+# | every column its own frequency (`arange(d)` instead of pairs) | sin and cos of a pair no longer match: the shift is no longer a rotation |
 # | `base ** (2i/d)` multiplied instead of divided | frequencies explode; neighbouring positions look random |
 # | `2 * i // d_model` (integer division) | every frequency is 1: the code repeats every 6 positions |
 # | `math.log10` in the exp/log form | a different base in disguise |

@@ -68,6 +68,7 @@ def chromium():
 def workdir(chromium):
     d = ARTIFACTS / f"run-{os.getpid()}"
     shutil.rmtree(d, ignore_errors=True)
+    shutil.rmtree(SHOTS, ignore_errors=True)  # no stale screenshots from an earlier run
     d.mkdir(parents=True)
     for nb in NOTEBOOKS:
         dst = d / nb.id

@@ -372,6 +372,25 @@ JS_BUSY = r"""
 }
 """
 
+# Select the first code cell that has not run (aborted after an error) and run it and all
+# below (the command behind Run > Run Selected Cell and All Below); resolves when that run ends.
+JS_RUN_REST = r"""
+async ({timeout_ms, last}) => {
+  const app = window.jupyterapp, nb = window.__tfsNb, content = nb.content;
+  const i = content.widgets.findIndex(c => c.model.type === 'code' &&
+      c.model.executionCount === null && c.model.sharedModel.getSource().trim() !== '');
+  if (i < 0) return {state: 'done'};
+  const line = content.widgets[i].model.sharedModel.getSource().trim().split('\n')[0].slice(0, 70);
+  if (i === last) return {state: 'stuck', index: i, line};
+  content.activeCellIndex = i;
+  content.deselectAll();
+  const run = app.commands.execute('notebook:run-all-below');
+  const timer = new Promise(r => setTimeout(() => r('timeout'), timeout_ms));
+  const res = await Promise.race([run.then(() => 'ran'), timer]);
+  return res === 'timeout' ? {state: 'timeout'} : {state: 'ran', index: i, line};
+}
+"""
+
 # State of output slot `slot` of cell `cell` once it has changed from the marked image.
 JS_SLOT_CHANGED = r"""
 ({cell, slot}) => {
@@ -520,7 +539,7 @@ class Notebook:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{self.relpath}: {what} not finished after {timeout:.0f}s "
                                      f"(kernel state: {state})")
-            time.sleep(0.25)
+            time.sleep(0.1)
 
     def cells(self) -> list[Cell]:
         return [Cell(**c) for c in self.page.evaluate(JS_CELLS)]
@@ -530,30 +549,29 @@ class Notebook:
 
     def run_all(self, timeout: float = RUN_TIMEOUT) -> int:
         """Run > Run All Cells. JupyterLab stops a run at the first error (the kernel aborts the
-        queued cells), so after an error we select the next cell that did not run and use
-        Run > Run Selected Cell and All Below, as a student does, until every code cell ran.
-        Returns how many runs that took."""
+        queued cells), so after an error we select the next cell that did not run and run it
+        and all below (Run > Run Selected Cell and All Below, as a student does) until every
+        code cell ran. Returns how many runs that took."""
         deadline = time.monotonic() + timeout
         self.page.evaluate("() => window.jupyterapp.shell.activateById(window.__tfsNb.id)")
         self.lab.menu("Run", "Run All Cells")
-        self.page.wait_for_timeout(300)
+        self.page.wait_for_timeout(100)
         self.wait_idle(max(1.0, deadline - time.monotonic()))
-        self.rounds, last = 1, None
+        self.rounds = 1
         while True:
-            pending = [c for c in self.cells()
-                       if c.type == "code" and c.execution_count is None and c.source.strip()]
-            if not pending:
+            left = deadline - time.monotonic()
+            r = self.page.evaluate(JS_RUN_REST, {"timeout_ms": max(1000, int(left * 1000)),
+                                                 "last": -1 if self.rounds == 1 else self._last})
+            if r["state"] == "done":
                 return self.rounds
-            nxt = pending[0].index
-            if nxt == last:
-                raise AssertionError(f"{self.relpath}: cell {nxt} does not run "
-                                     f"({pending[0].first_line!r})")
-            last = nxt
-            self.cell(nxt).locator(".jp-InputPrompt").first.click()
-            self.lab.menu("Run", "Run Selected Cell and All Below")
-            self.page.wait_for_timeout(300)
-            self.wait_idle(max(1.0, deadline - time.monotonic()))
+            if r["state"] == "stuck":
+                raise AssertionError(f"{self.relpath}: cell {r['index']} does not run "
+                                     f"({r['line']!r})")
+            if r["state"] == "timeout":
+                raise AssertionError(f"{self.relpath}: Run All not finished after {timeout:.0f}s")
+            self._last = r["index"]
             self.rounds += 1
+            self.wait_idle(max(1.0, deadline - time.monotonic()))
 
     # ---------------------------------------------------------------- explorers
 
@@ -652,27 +670,41 @@ class Notebook:
             "els => els.map(e => e.src)")
         return [_png_bytes(s) for s in srcs]
 
-    def screenshot(self, path: Path, max_height: int = 16000):
-        """The whole notebook: the viewport is made as tall as the notebook for the shot."""
+    def _tall_viewport(self, height: int, max_height: int = 16000):
+        """Context: the viewport made tall enough that `height` pixels of notebook fit."""
         page = self.page
-        path.parent.mkdir(parents=True, exist_ok=True)
-        vp = page.viewport_size
-        h = page.evaluate("() => window.__tfsNb.content.node.scrollHeight")
-        tall = int(min(max(vp["height"], h + 160), max_height))
-        try:
-            page.set_viewport_size({"width": vp["width"], "height": tall})
-            page.wait_for_timeout(400)
-            page.evaluate("() => window.__tfsNb.content.node.scrollTo(0, 0)")
-            page.screenshot(path=str(path))
-        finally:
-            page.set_viewport_size(vp)
 
-    def cell_screenshot(self, index: int, path: Path):
+        class Tall:
+            def __enter__(self):
+                self.vp = page.viewport_size
+                tall = int(min(max(self.vp["height"], height + 200), max_height))
+                page.set_viewport_size({"width": self.vp["width"], "height": tall})
+                page.wait_for_timeout(400)
+
+            def __exit__(self, *exc):
+                page.set_viewport_size(self.vp)
+        return Tall()
+
+    def screenshot(self, path: Path):
+        """The whole notebook (up to 16000 px): the viewport is made as tall as the notebook."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        h = self.page.evaluate("""() => { const n = window.__tfsNb.content.node;
+            const o = n.querySelector('.jp-WindowedPanel-outer') || n; return o.scrollHeight; }""")
+        with self._tall_viewport(h):
+            self.page.evaluate("""() => { const n = window.__tfsNb.content.node;
+                (n.querySelector('.jp-WindowedPanel-outer') || n).scrollTo(0, 0); }""")
+            self.page.screenshot(path=str(path))
+
+    def cell_screenshot(self, index: int, path: Path, part: str = "cell"):
+        """One cell (part="cell") or only its outputs (part="output")."""
         path.parent.mkdir(parents=True, exist_ok=True)
         loc = self.cell(index)
-        loc.scroll_into_view_if_needed()
-        self.page.wait_for_timeout(200)
-        loc.screenshot(path=str(path))
+        if part == "output":
+            loc = loc.locator(".jp-Cell-outputArea").first
+        with self._tall_viewport(int(loc.bounding_box()["height"])):
+            loc.scroll_into_view_if_needed()
+            self.page.wait_for_timeout(200)
+            loc.screenshot(path=str(path))
 
     # ---------------------------------------------------------------- nbgrader
 

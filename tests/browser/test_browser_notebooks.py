@@ -15,12 +15,12 @@ IDS = [str(n) for n in NOTEBOOKS]
 # positional encoding, cross-attention); their solution must draw at least one.
 HEATMAP_NOTEBOOKS = ("01_attention", "03_multihead", "05_positional_encoding", "07_transformer")
 
-# README screenshots: notebook -> (file in docs/img, which cell). Written to
+# README screenshots: notebook -> (file in docs/img, which cell, whole cell or its outputs). Written to
 # test-artifacts/browser/screenshots/docs/ on every run; copied into docs/img when
 # TFS_UPDATE_DOCS_IMG=1.
 README_SHOTS = {
-    "01_attention": ("attention_heatmap.png", "heatmap"),
-    "05_positional_encoding": ("pe_heatmap_explorer.png", "explorer"),
+    "01_attention": ("attention_heatmap.png", "heatmap", "cell"),
+    "05_positional_encoding": ("pe_heatmap_explorer.png", "explorer", "output"),
 }
 
 
@@ -49,14 +49,14 @@ def test_run_all_shows_only_expected_errors(runs, nb):
                          ids=lambda n: str(n))
 def test_readme_screenshot(runs, nb):
     run = runs.get(nb)
-    name, what = README_SHOTS[nb.name]
+    name, what, part = README_SHOTS[nb.name]
     explorers = [c for c in run.cells if c.is_explorer and c.dom["images"]]
     heatmaps = [c for c in run.cells if c.draws_heatmap and c.dom["images"]]
     attention = [c for c in heatmaps if "attention_heatmap" in c.source]
     order = (explorers + heatmaps) if what == "explorer" else (attention + heatmaps + explorers)
     assert order, f"{nb}: no cell with a drawn {what} to photograph {run.where()}"
     shot = SHOTS / "docs" / name
-    run.notebook.cell_screenshot(order[0].index, shot)
+    run.notebook.cell_screenshot(order[0].index, shot, part=part)
     assert shot.stat().st_size > 5000
     if os.environ.get("TFS_UPDATE_DOCS_IMG"):
         DOCS_IMG.mkdir(parents=True, exist_ok=True)
@@ -90,7 +90,11 @@ def test_explorers_render_and_respond(runs, nb):
     run.timings["sliders_s"] = round(time.monotonic() - t0, 1)
     run.timings["sliders_moved"] = len(results)
     problems += [str(r) for r in results if not r.ok]
-    assert not problems, f"{nb}: explorers:{_lines(problems)}\n{run.where()}"
+    if problems:
+        after = SHOTS / (str(nb).replace("/", "__") + "__after_sliders.png")
+        run.notebook.screenshot(after)
+        pytest.fail(f"{nb}: explorers:{_lines(problems)}\n(after the sliders moved: {after}) "
+                    f"{run.where()}")
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)

@@ -34,7 +34,9 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- plumbing
-_HINTS = [
+_HINTS = [  # (substring of the error, hint); the first match wins
+    ("'super' object has no attribute '__int__'",
+     "super().__init__() is misspelt (__int__): without it nn.Module is never set up."),
     ("required positional argument: 'memory'",
      "A decoder layer was called without memory, the encoder output: call "
      "layer(x, memory, src_mask, tgt_mask) for every layer."),
@@ -62,7 +64,7 @@ def _call(fn, *args, what, hint="", **kwargs):
         raise
     except CheckFailed as e:
         msg = str(e)
-        extra = [h for pat, h in _HINTS if pat in msg]
+        extra = [h for pat, h in _HINTS if pat in msg][:1]
         if hint and not extra and not msg.startswith("Shortcut used"):
             extra.append(hint)
         if extra:

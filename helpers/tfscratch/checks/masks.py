@@ -363,7 +363,8 @@ def check_causal_mask_in_attention(make_causal_mask, seed=0, cases=((2, 6, 8),))
 # --------------------------------------------------------------------------- decoder mask
 _DEC_TOKENS = torch.tensor([[5, 7, 9, 2, 0, 0],
                             [3, 8, 0, 0, 0, 0],
-                            [4, 1, 6, 2, 8, 9]])  # B=3 != L=6
+                            [0, 0, 4, 1, 6, 2],    # left padding: tells keys from queries
+                            [4, 1, 6, 2, 8, 9]])  # B=4 != L=6
 
 
 def _decoder_shape(m, tokens, what):
