@@ -1,23 +1,67 @@
-"""Install Debian's Chromium for the browser tests when it is missing and we are allowed to
-(root with apt-get). Never fails the build: the browser tests skip, saying why, without it."""
+"""Make sure the browser tests have a Chromium: Debian's own package, installed with apt-get
+when it is missing and we are root. Playwright's browser download is never used (it cannot
+work offline or on Debian's libraries); the tests launch this Chromium via executable_path.
+
+Exit status 0 when a working Chromium is on PATH, 1 otherwise (the Makefile ignores it: the
+browser tests then skip and say why). TFS_NO_BROWSER_INSTALL=1: never install anything.
+"""
 import os
 import shutil
 import subprocess
 import sys
 
-CANDIDATES = ["chromium", "chromium-browser", "google-chrome"]
+CANDIDATES = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable"]
+# Without the recommends (upower, printers, notification daemon ...): Chromium and the fonts
+# the screenshots need. --no-install-recommends saves minutes and hundreds of MB.
+PACKAGES = ["chromium", "fonts-liberation", "fonts-dejavu-core"]
 
 
 def found():
-    return any(shutil.which(c) for c in CANDIDATES)
+    env = os.environ.get("TFS_CHROMIUM")
+    if env and (os.path.exists(env) or shutil.which(env)):
+        return env
+    return next((shutil.which(c) for c in CANDIDATES if shutil.which(c)), None)
 
 
-if found() or os.environ.get("TFS_NO_BROWSER_INSTALL"):
-    sys.exit(0)
-if shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
-    print("installing Chromium for the browser tests (apt-get install chromium) ...")
+def works(path):
+    try:
+        r = subprocess.run([path, "--headless", "--no-sandbox", "--version"], capture_output=True,
+                           text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+def main():
+    path = found()
+    if path:
+        if works(path):
+            return 0
+        print(f"ensure_browser: {path} is there but does not start", file=sys.stderr)
+        return 1
+    if os.environ.get("TFS_NO_BROWSER_INSTALL"):
+        print("ensure_browser: no Chromium and TFS_NO_BROWSER_INSTALL is set", file=sys.stderr)
+        return 1
+    if not shutil.which("apt-get"):
+        print("ensure_browser: no Chromium and no apt-get here: install Chromium yourself "
+              "(or set TFS_CHROMIUM=/path/to/chrome)", file=sys.stderr)
+        return 1
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0):
+        print("ensure_browser: no Chromium; run `sudo apt-get install chromium` "
+              "(this script installs it only when run as root)", file=sys.stderr)
+        return 1
+    print("ensure_browser: installing Debian's Chromium (apt-get install chromium) ...")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     subprocess.run(["apt-get", "update", "-qq"], env=env, stdout=subprocess.DEVNULL)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], env=env,
-                   stdout=subprocess.DEVNULL)
-sys.exit(0 if found() else 1)
+    r = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
+                       env=env, stdout=subprocess.DEVNULL)
+    path = found()
+    if r.returncode != 0 or not path or not works(path):
+        print("ensure_browser: apt-get could not install a working Chromium", file=sys.stderr)
+        return 1
+    print(f"ensure_browser: {path} ready")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

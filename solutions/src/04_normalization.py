@@ -702,8 +702,8 @@ print("LayerNorm's largest train/eval gap:", max(gap_curves["LayerNorm, B=2"]))
 # ### Explore: batch size and padding
 #
 # Our 6-token sentence shares a batch with `batch_size - 1` others whose padding makes up
-# about `pad_fraction` of the batch. Left: BatchNorm's per-feature batch means (bars) against
-# the means of the real tokens (dots). Right: feature 0 of our sentence after BatchNorm in
+# about `pad_fraction` of the batch (never less than the unequal lengths force). Left:
+# BatchNorm's per-feature batch means (bars) against the means of the real tokens (dots). Right: feature 0 of our sentence after BatchNorm in
 # train mode, after BatchNorm computed on real tokens only, and after LayerNorm. Push the
 # padding up, or the batch size down to 1, and watch BatchNorm's line move while LayerNorm's
 # stays put.

@@ -446,7 +446,7 @@ def draw_placement(norm_first=True, n_layers=24):
     axes[0].set(xlabel="layer", ylabel="mean token norm after the layer",
                 title="size of the residual stream")
     axes[1].set(xlabel="layer", ylabel="gradient norm of the layer's parameters",
-                title="gradient reaching each layer", yscale="log")
+                title="gradient reaching each layer")
     for ax in axes:
         ax.legend()
         ax.grid(alpha=0.3)
@@ -460,11 +460,16 @@ explorer = explore(draw_placement, norm_first=True, n_layers=(2, 48, 2, 24))
 # %% [markdown]
 # In post-norm every layer ends with a LayerNorm, so the stream is renormalised to the same
 # size (about $\sqrt{d_{model}}$) after every layer. In pre-norm nothing normalises the
-# stream: each layer adds to it and it keeps growing with depth. The final LayerNorm then
-# divides by that growing size, so in a pre-norm stack the later layers, whose contributions
-# are small next to the large stream, get smaller gradients than the first ones. At
-# initialisation both placements pass a healthy gradient to every layer. The difference shows
-# once training starts.
+# stream: each layer adds to it and it keeps growing with depth, which is why the final
+# LayerNorm is needed.
+#
+# The gradients tell the matching story. In post-norm the layers near the output get the
+# largest gradients, and the gradient of each lower layer has first passed through the
+# LayerNorms of all the layers above it (Xiong et al. describe the same pattern). In pre-norm
+# every layer is reached straight through the identity path; the later layers, whose small
+# contributions land in an ever larger stream that the final LayerNorm divides down, get a
+# little less. At initialisation both placements still give every layer a usable gradient.
+# The difference that matters shows once training starts.
 #
 # ### Early training, no warm-up
 #

@@ -208,7 +208,7 @@ class Runs:
         except BaseException as e:  # noqa: BLE001 - reported by every test of this notebook
             run.error = e
         finally:
-            run.screenshot = SHOTS / (key.replace("/", "__") + ".png")
+            run.screenshot = SHOTS / (key.replace("/", "__") + ".jpg")
             try:
                 if run.notebook:
                     t3 = time.monotonic()

@@ -693,7 +693,10 @@ class Notebook:
         with self._tall_viewport(h):
             self.page.evaluate("""() => { const n = window.__tfsNb.content.node;
                 (n.querySelector('.jp-WindowedPanel-outer') || n).scrollTo(0, 0); }""")
-            self.page.screenshot(path=str(path))
+            if path.suffix.lower() in (".jpg", ".jpeg"):
+                self.page.screenshot(path=str(path), type="jpeg", quality=70)
+            else:
+                self.page.screenshot(path=str(path))
 
     def cell_screenshot(self, index: int, path: Path, part: str = "cell"):
         """One cell (part="cell") or only its outputs (part="output")."""

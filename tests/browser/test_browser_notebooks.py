@@ -91,7 +91,7 @@ def test_explorers_render_and_respond(runs, nb):
     run.timings["sliders_moved"] = len(results)
     problems += [str(r) for r in results if not r.ok]
     if problems:
-        after = SHOTS / (str(nb).replace("/", "__") + "__after_sliders.png")
+        after = SHOTS / (str(nb).replace("/", "__") + "__after_sliders.jpg")
         run.notebook.screenshot(after)
         pytest.fail(f"{nb}: explorers:{_lines(problems)}\n(after the sliders moved: {after}) "
                     f"{run.where()}")

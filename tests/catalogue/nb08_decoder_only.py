@@ -141,7 +141,7 @@ def next_token_loss(logits, tokens, ignore_id=None):
                       ignore_index=-100 if ignore_id is None else ignore_id)
 """),
     Mistake("next_token_loss", "ignores ignore_id: padding targets are trained on",
-            r"ignore_id targets were counted", """
+            r"ignore_id were counted", """
 def next_token_loss(logits, tokens, ignore_id=None):
     V = logits.size(-1)
     return F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1))
@@ -215,7 +215,7 @@ def next_token_loss(logits, tokens, ignore_id=None):
         return self.w_o(combine_heads(w @ v)), (k, v)
 """)),
     Mistake("CausalSelfAttention", "plain tril over the (T, P + T) mask: ignores the cache offset",
-            r"ignores the \\d+ cached tokens", _attn("""
+            r"ignores the \d+ cached tokens", _attn("""
         B, T, D = x.shape
         q, k, v = (split_heads(f(x), self.n_heads) for f in (self.w_q, self.w_k, self.w_v))
         if past_kv is not None:
@@ -492,12 +492,26 @@ class Block(nn.Module):
                 if bool(finished.any()):
                     break
 """)),
-    Mistake("generate", "counts eos_id inside the prompt", r"before it generated anything|prompt", _gen(
-        _PICK_OK, eos=False, loop_extra="""            if eos_id is not None:
-                done = (seq == eos_id).any(dim=1)
-                seq[:, -1] = torch.where(done & (nxt != eos_id) & finished, torch.full_like(nxt, eos_id), seq[:, -1])
-                finished = done
-""")),
+    Mistake("generate", "counts eos_id inside the prompt as the end", r"before it generated anything", """
+def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, eos_id=None,
+             use_cache=True, generator=None):
+    with torch.no_grad():
+        seq = prompt
+        cache = None
+        for _ in range(max_new_tokens):
+            finished = (seq == eos_id).any(dim=1)  # "has this row ended?"
+            if eos_id is not None and bool(finished.all()):
+                break
+            if use_cache:
+                logits, cache = model(seq if cache is None else seq[:, -1:], past_kv=cache, use_cache=True)
+            else:
+                logits = model(seq)
+            z = logits[:, -1, :]
+""" + _PICK_OK + """            if eos_id is not None:
+                nxt = nxt.masked_fill(finished, eos_id)
+            seq = torch.cat([seq, nxt.unsqueeze(1)], dim=1)
+    return seq
+"""),
     Mistake("generate", "finished rows keep generating after their eos_id", r"goes on after its eos_id", _gen(
         _PICK_OK, eos=False, loop_extra="""            if eos_id is not None:
                 finished |= nxt == eos_id

@@ -251,15 +251,15 @@ def _ff_shapes(ff, d, d_ff, owner="FeedForward"):
     w1, w2 = getattr(l1, "weight", None), getattr(l2, "weight", None)
     if w1 is None or w2 is None:
         fail(f"{owner}.linear1 and .linear2 must be linear layers with a `weight` (nn.Linear).")
+    if tuple(w1.shape) == (d, d_ff) and d_ff != d:
+        fail(f"{owner}.linear1 maps d_ff -> d_model (weight shape {tuple(w1.shape)}): the two "
+             "layers are swapped. linear1 = nn.Linear(d_model, d_ff) expands, "
+             "linear2 = nn.Linear(d_ff, d_model) projects back.")
     if tuple(w2.shape) == (d_ff, d) and d_ff != d:
         fail(f"{owner}.linear2 maps d_model -> d_ff (weight shape {tuple(w2.shape)}), the same as "
              "linear1: the seeds' bug, nn.Linear(dim, hidden_dim) written twice. It must map back "
              f"from d_ff to d_model: linear2 = nn.Linear(d_ff, d_model), weight shape ({d}, {d_ff}). "
              "It only runs when d_ff == d_model, which hides the bug.")
-    if tuple(w1.shape) == (d, d_ff) and d_ff != d:
-        fail(f"{owner}.linear1 maps d_ff -> d_model (weight shape {tuple(w1.shape)}): the two "
-             "layers are swapped. linear1 = nn.Linear(d_model, d_ff) expands, "
-             "linear2 = nn.Linear(d_ff, d_model) projects back.")
     if w1.shape[-1] == d and w1.shape[0] != d_ff:
         fail(f"{owner}.linear1 has {w1.shape[0]} outputs but d_ff={d_ff}: the hidden size must "
              "come from the d_ff argument, not be hard-coded (such as 4 * d_model).")
@@ -460,8 +460,12 @@ def _enc_candidates(t, x, am, nf):
             "the feed-forward residual adds the layer's input x instead of h, the output of the "
             "attention sub-layer: h = x + sa(norm1(x)); out = h + ff(norm2(h)).":
                 lambda: x + ff(n2(x + sa(n1(x)))),
+            "x itself was overwritten by norm1(x) (and by norm2), so the residual stream carries "
+            "normalised values: keep x and add the sub-layer of a normalised copy, "
+            "x = x + sa(norm1(x)); x = x + ff(norm2(x)).":
+                lambda: (lambda g: g + ff(g))(n2(n1(x) + sa(n1(x)))),
             "x itself was overwritten by norm1(x), so the residual stream carries the normalised "
-            "x: keep x and add the sub-layer of the normalised copy, x + sa(norm1(x)).":
+            "x: keep x and add the sub-layer of a normalised copy, x + sa(norm1(x)).":
                 lambda: (lambda h: h + ff(n2(h)))(n1(x) + sa(n1(x))),
         })
     else:

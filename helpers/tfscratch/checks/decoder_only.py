@@ -839,7 +839,7 @@ def check_generate_greedy(generate, seed=0, cases=((2, 4, 12),)):
             out = _gen_call(generate, m, prompt, n, what, temperature=0.0, use_cache=cached)
             _check_calls(m, B, T0, n, cached, what)
             if out.shape != expected.shape or not torch.equal(out, expected):
-                first_pos = ref_first_position_greedy(m, prompt, n)
+                first_pos = ref_first_position_greedy(m, prompt, n, cached)
                 hint = ("you took the scores of the FIRST position, logits[:, 0]; the next token "
                         "is predicted by the LAST one, logits[:, -1]."
                         if out.shape == first_pos.shape and torch.equal(out, first_pos) else
@@ -852,10 +852,13 @@ def check_generate_greedy(generate, seed=0, cases=((2, 4, 12),)):
 
 
 @torch.no_grad()
-def ref_first_position_greedy(model, prompt, n):
+def ref_first_position_greedy(model, prompt, n, cached):
+    """Greedy decoding from logits[:, 0]: at every step without a cache; with one, only the
+    first step differs (later steps feed a single token, whose position 0 is the last)."""
     seq = prompt
-    for _ in range(n):
-        seq = torch.cat([seq, model(seq)[:, 0].argmax(-1, keepdim=True)], 1)
+    for step in range(n):
+        pos = 0 if (step == 0 or not cached) else -1
+        seq = torch.cat([seq, model(seq)[:, pos].argmax(-1, keepdim=True)], 1)
     return seq
 
 
