@@ -492,7 +492,7 @@ def sort_task_losses(norm_first, n_layers=12, steps=60, lr=5e-3, seed=0):
     gen = torch.Generator().manual_seed(1)
     losses = []
     for _ in range(steps):
-        tokens = torch.randint(0, V, (32, L), generator=gen)  # (B, L)
+        tokens = torch.randint(0, V, (16, L), generator=gen)  # (B, L)
         target = tokens.sort(dim=-1).values  # (B, L)
         logits = head(enc(embed(tokens) + pos))  # (B, L, V)
         loss = F.cross_entropy(logits.reshape(-1, V), target.reshape(-1))
@@ -516,9 +516,9 @@ if not os.environ.get("NBGRADER_EXECUTION"):
                        title="12-layer encoder, Adam lr=5e-3, no warm-up")
 
 # %% [markdown]
-# Same initial weights, same batches, only the placement differs. In both runs the pre-norm
-# encoder learns steadily and ends far below the post-norm one; with seed 1 the post-norm
-# encoder never leaves chance level in 60 steps (other seeds behave like one or the other).
+# Same initial weights, same batches, only the placement differs. With both seeds the
+# pre-norm encoder learns steadily, while the post-norm one stays close to chance level for
+# most of the run and ends far behind.
 # This is the practical reason almost every model since GPT-2 is pre-norm: it tolerates larger
 # learning rates without a warm-up, and deeper stacks. Post-norm is not wrong (the original
 # Transformer and BERT are post-norm, trained with a warm-up schedule), and some work finds it
@@ -645,7 +645,8 @@ def influence(tgt_mask):
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
 for ax, (title, m) in zip(axes, [("with the causal tgt_mask", make_causal_mask(Lt)),
                                  ("without tgt_mask", None)]):
-    inf = influence(m)
+    with one_thread():
+        inf = influence(m)
     ax.imshow(inf / inf.max(), cmap="Blues", vmin=0, vmax=1)
     ax.set(xlabel="output position i", ylabel="changed target position j", title=title)
 fig.tight_layout()

@@ -75,7 +75,7 @@ _HUMAN = {
     "softmax": "torch.softmax / F.softmax / Tensor.softmax / nn.Softmax",
     "attention": "F.scaled_dot_product_attention",
     "multihead": "nn.MultiheadAttention / F.multi_head_attention_forward / F.scaled_dot_product_attention",
-    "layer_norm": "F.layer_norm / nn.LayerNorm / torch.layer_norm",
+    "layer_norm": "F.layer_norm / nn.LayerNorm / torch.layer_norm / F.rms_norm / nn.RMSNorm",
     "batch_norm": "F.batch_norm / nn.BatchNorm1d / torch.batch_norm",
     "transformer": "PyTorch's nn.Transformer* classes",
 }
