@@ -108,7 +108,7 @@ def make_task(n_train=20000, n_test=1000, seed=0, first_year=1900, last_year=209
         for i in range(n):
             date = _dt.date.fromordinal(start + ds[i % len(ds)])
             s, t = format_date(date, rng.choice(FORMATS))
-            srcs.append(encode(s))
+            srcs.append(encode(s) + [EOS])  # the source ends with EOS too: an anchor
             tgts.append(encode(t, bos_eos=True))
             text.append((" ".join(s), " ".join(t)))
         splits.append(DateTask(pad_batch(srcs), pad_batch(tgts), text))

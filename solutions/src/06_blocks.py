@@ -77,9 +77,9 @@ torch.manual_seed(0)
 # Dropout, when asked for, goes on the **hidden activations**, between the ReLU and the second
 # layer, as in the Annotated Transformer and in PyTorch's `nn.TransformerEncoderLayer`.
 #
-# ### The seeds' bug: a second layer that does not project back
+# ### A bug from the study notes: a second layer that does not project back
 #
-# Two of the study notes this course grew from define the second layer with the same
+# One of the study notes this course grew from defines the second layer with the same
 # arguments as the first, `nn.Linear(dim, hidden_dim)` twice. Watch what happens:
 
 # %%
@@ -104,8 +104,8 @@ print("d_ff=8: runs fine, output shape", tuple(SwappedFFN(d_model=8, d_ff=8)(x).
 # `mat1 and mat2 shapes cannot be multiplied (10x32 and 8x32)`: the hidden tensor has 32
 # features, but the second layer expects 8. The message is clear once you know that
 # `nn.Linear(in, out)` stores its weight as `(out, in)`. The bug is dangerous because a quick test
-# with `d_ff == d_model` runs without complaint, and the notes' own examples do just that.
-# The checks below always use `d_ff != d_model`.
+# with `d_ff == d_model` runs without complaint. The checks below always use
+# `d_ff != d_model`.
 #
 # ### Exercise 1: `FeedForward`
 #
@@ -260,7 +260,7 @@ fig = plots.curves(depths, grads, xlabel="number of blocks in the stack",
 #
 # Each sub-layer has its **own** LayerNorm: `norm1` for attention and `norm2` for the
 # feed-forward network. Each has its own learned scale and shift, so one LayerNorm object
-# used twice is a different, smaller model (one of the seeds does exactly that).
+# used twice is a different, smaller model (one of the study notes does exactly that).
 #
 # Dropout, when asked for, goes on each sub-layer's output just before it is added to the
 # residual (and, inside the sub-layers, on the attention weights and the FFN's hidden layer).
@@ -546,8 +546,8 @@ if not os.environ.get("NBGRADER_EXECUTION"):
 # general. The cross-attention scores are `(B, H, Lt, Ls)` and its output is `(B, Lt, d_model)`:
 # the decoder keeps the **target's** length because the queries come from the target. The
 # argument order of the attention is (query, key, value): `cross_attn(h, memory, memory, src_mask)`.
-# (One of the seeds reads the paper's figure, where the arrows enter the attention box as V, K,
-# Q from left to right, and gets this order wrong.)
+# (One of the study notes warns about exactly this: in the paper's figure the arrows enter the
+# attention box as V, K, Q from left to right.)
 #
 # ### Exercise 4: `DecoderLayer`
 #
@@ -670,7 +670,7 @@ fig = plots.attention_heatmap(weights[1, 0], [f"t{i}" for i in range(Lt)],
                               title="cross-attention, sentence 2, head 0")
 
 # %% [markdown]
-# ## 8. The decoder, and the seeds' bugs at this level
+# ## 8. The decoder, and the study notes' bugs at this level
 #
 # The decoder is the same kind of stack: `n_layers` decoder layers in an `nn.ModuleList`, then a
 # final LayerNorm. Every layer gets the **same** memory (the encoder's final output) and both
@@ -687,8 +687,8 @@ fig = plots.attention_heatmap(weights[1, 0], [f"t{i}" for i in range(Lt)],
 #   calls it after every sub-layer. It runs, it even trains, but it is not the model in the
 #   paper and its weights cannot be loaded into PyTorch's layers.
 #
-# The second bug, shown on a small decoder layer whose cross-attention uses `h` instead of
-# `memory`:
+# All three, on small layers: the notes' `layer(x)`, a decoder layer whose cross-attention
+# uses `x` instead of `memory`, and an encoder layer whose `norm2` is its `norm1`.
 
 # %%
 class DeafDecoderLayer(DecoderLayer):
@@ -702,9 +702,21 @@ class DeafDecoderLayer(DecoderLayer):
 
 torch.manual_seed(0)
 x, m1, m2 = torch.randn(1, 5, d), torch.randn(1, 6, d), torch.randn(1, 6, d)
+try:
+    DecoderLayer(d, 4, 32)(x)  # the notes' decoder loop: x = layer(x)
+except TypeError as e:
+    print("layer(x) ->", e)
+
 for layer in (DecoderLayer(d, 4, 32).eval(), DeafDecoderLayer(d, 4, 32).eval()):
     change = (layer(x, m1) - layer(x, m2)).abs().max().item()
     print(f"{type(layer).__name__:>16}: output change when the memory is replaced: {change:.4f}")
+
+shared = EncoderLayer(d, 4, 32)
+shared.norm2 = shared.norm1  # one LayerNorm for both sub-layers
+print("parameters: separate norms", sum(p.numel() for p in EncoderLayer(d, 4, 32).parameters()),
+      "| shared norm", sum(p.numel() for p in shared.parameters()),
+      "| nn.TransformerEncoderLayer",
+      sum(p.numel() for p in nn.TransformerEncoderLayer(d, 4, 32, batch_first=True).parameters()))
 
 # %% [markdown]
 # ### Exercise 5: `Decoder`
@@ -839,17 +851,17 @@ for norm_first in (False, True):
 #
 # | mistake | what happens |
 # | --- | --- |
-# | second FFN layer `nn.Linear(d_model, d_ff)` (the seeds) | shape error as soon as `d_ff != d_model`; silent when they are equal |
+# | second FFN layer `nn.Linear(d_model, d_ff)` (study notes) | shape error as soon as `d_ff != d_model`; silent when they are equal |
 # | no ReLU between the FFN's layers | the two layers collapse into one linear map |
 # | ReLU (or dropout) after the FFN's last layer | the output can no longer go negative / is zeroed before the residual |
 # | no residual, `x = sublayer(x)` | the gradient at the first layer vanishes exponentially with depth |
-# | one LayerNorm shared by the sub-layers (the seeds) | runs and trains, but a different model; PyTorch's weights do not fit |
-# | `norm_first` ignored (always pre-norm, like the seeds) | not the paper's layer; `norm_first=False` disagrees with PyTorch |
+# | one LayerNorm shared by the sub-layers (study notes) | runs and trains, but a different model; PyTorch's weights do not fit |
+# | `norm_first` ignored (always pre-norm, like the study notes) | not the paper's layer; `norm_first=False` disagrees with PyTorch |
 # | pre-norm written as `x = norm(x); x = x + sublayer(x)` | the residual stream carries normalised values: neither placement |
 # | layers in a Python list | parameters invisible: never trained, never moved to the GPU, never saved |
 # | `nn.ModuleList([Layer(...)] * n)` | one layer, one set of weights, used `n` times |
 # | no final LayerNorm (pre-norm) | the output's size grows with depth |
-# | `layer(x)` in the decoder loop (the seeds) | `missing 1 required positional argument: 'memory'` |
+# | `layer(x)` in the decoder loop (study notes) | `missing 1 required positional argument: 'memory'` |
 # | cross-attention over `h` instead of `memory` | no error: a decoder that never reads the source |
 # | `cross_attn(memory, h, h)` (query and key swapped) | output of the source's length, or a mask shape error |
 # | `src_mask` and `tgt_mask` swapped | a shape error, or when `Ls == Lt` a decoder that looks ahead |

@@ -85,7 +85,7 @@ sentences = ["what is statquest <EOS> awesome <EOS>", "statquest is what <EOS> a
 seed_tokens = torch.tensor([[token_to_id[w] for w in s.split()] for s in sentences])  # (2, 6)
 words0 = sentences[0].split()
 fig = plots.heatmap(make_causal_mask(6).float(), words0, words0, xlabel="key (may be read)",
-                    ylabel="query (reading)", annotate=True, cmap="Blues", colorbar=False,
+                    ylabel="query (reading)", cmap="Blues", colorbar=False,
                     title="decoder-only: one causal mask over question + answer")
 
 # %% [markdown]
@@ -300,6 +300,8 @@ chk.check_attention_cache(CausalSelfAttention, seed=977,
 # `(B, T, vocab_size)` (raw scores, no softmax), or `(logits, cache)` when `use_cache=True`,
 # where `cache` is the list of the `(k, v)` pairs the layers returned. The tests read the
 # weights through these names; they never require a sub-module to be of a particular class.
+# The cell below has two skeletons: write the `Block` first (its forward returns the new `x`
+# and its attention's `(k, v)`), then the model that stacks it.
 
 # %% [solution] DecoderOnlyLM
 class Block(nn.Module):
@@ -800,26 +802,31 @@ def cached_greedy(model, prompt, n, step_fn):
     return seq, errors
 
 
-start = torch.tensor([encode(".goat.co")])
-right, err_right = cached_greedy(char_model, start, 30,
-                                 lambda t, c: char_model(t, past_kv=c, use_cache=True))
-wrong, err_wrong = cached_greedy(char_model, start, 30,
-                                 lambda t, c: forward_forgetting_offset(char_model, t, c))
-print("with the offset:   ", decode(right[0].tolist()))
-print("offset forgotten:  ", decode(wrong[0].tolist()))
+words_of = lambda ids: " ".join(vocab[i] for i in ids)
+start = torch.tensor([[token_to_id["what"]]])  # seed 001's model, prompt "what" only
+right, _ = cached_greedy(seed_model, start, 5, lambda t, c: seed_model(t, past_kv=c, use_cache=True))
+wrong, _ = cached_greedy(seed_model, start, 5, lambda t, c: forward_forgetting_offset(seed_model, t, c))
+print("seed 001 model, with the offset:  ", words_of(right[0].tolist()))
+print("seed 001 model, offset forgotten: ", words_of(wrong[0].tolist()))
+start = torch.tensor([encode(".goat.co")])  # the character model
+_, err_right = cached_greedy(char_model, start, 30,
+                             lambda t, c: char_model(t, past_kv=c, use_cache=True))
+_, err_wrong = cached_greedy(char_model, start, 30,
+                             lambda t, c: forward_forgetting_offset(char_model, t, c))
 fig = plots.curves(range(1, 31), {"positions offset by the cache": [max(e, 1e-8) for e in err_right],
                                   "offset forgotten (pe[:T])": err_wrong},
-                   xlabel="generated token", ylabel="max |cached - full| logit", logy=True,
-                   title="a cached step must equal a full pass")
+                   xlabel="generated character", ylabel="max |cached - full| logit", logy=True,
+                   title="character model: a cached step must equal a full pass")
 
 # %% [markdown]
-# With the offset the cached logits equal a full pass to float precision (about $10^{-6}$).
-# Without it every new character is encoded as if it stood at position 0: the logits are off by
-# whole units from the first cached step on, and the text drifts away from what the model
-# would really write, although nothing ever raised an error. This model leans on the last few
-# characters more than on positions, so its text stays word-like; models that rely more on
-# position derail completely. The test of exercise 3 compares a cached pass with a full one
-# for exactly this reason.
+# Seed 001's model, asked to continue from `what` alone, relies on positions to tell its two
+# sentences apart: with the offset forgotten, the cached `is` is encoded as if it were the first
+# word again, and the model loses its place (here it says `is` twice; another initialisation may
+# stumble elsewhere, or by luck not at all on so short a text). On the character model the
+# damage is measured directly: with the offset, a cached step equals a full pass to float
+# precision (about $10^{-6}$); without it, the logits are off by whole units from the first
+# cached step on. Nothing ever raised an error: the test of exercise 3 compares cached and full
+# passes for exactly this reason.
 #
 # **Cached equals uncached.** Your `generate` must give the same greedy tokens both ways:
 

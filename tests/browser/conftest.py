@@ -173,20 +173,29 @@ class Run:
 
 
 class Runs:
-    """Runs a notebook the first time a test asks for it and keeps it open (one at a time)."""
+    """Runs a notebook the first time a test asks for it and keeps it open (one at a time).
+    Once a notebook has run, the next one in `plan` is opened in a background tab so that
+    its kernel is started and warm by the time the tests ask for it."""
 
-    def __init__(self, lab: Lab, workdir: Path):
+    def __init__(self, lab: Lab, workdir: Path, plan: list[str]):
         self.lab = lab
         self.workdir = workdir
+        self.plan = plan
         self.current: Run | None = None
 
+    def relpath(self, nb_id: str) -> str:
+        return f"{self.workdir.relative_to(REPO)}/{nb_id}.ipynb"
+
     def get(self, nb, relpath: str | None = None) -> Run:
-        relpath = relpath or f"{self.workdir.relative_to(REPO)}/{nb.id}.ipynb"
+        relpath = relpath or self.relpath(nb.id)
         if self.current and self.current.relpath == relpath:
             run = self.current
         else:
             self.close()
             run = self.current = self._run(nb, relpath)
+            nxt = self.plan.index(str(nb)) + 1 if str(nb) in self.plan else len(self.plan)
+            if nxt < len(self.plan):
+                self.lab.prefetch(self.relpath(self.plan[nxt]))
         if run.error:
             raise AssertionError(f"{nb}: running the notebook in JupyterLab failed: {run.error} "
                                  f"{run.where()}") from run.error
@@ -203,7 +212,9 @@ class Runs:
             rounds = run.notebook.run_all()
             t2 = time.monotonic()
             run.timings["run_all_s"] = round(t2 - t1, 1)
-            run.timings["run_rounds"] = rounds
+            run.timings["cells_run_after_error"] = rounds
+            if run.notebook.retried:
+                run.timings["aborted_retried"] = run.notebook.retried
             run.cells = run.notebook.cells()
         except BaseException as e:  # noqa: BLE001 - reported by every test of this notebook
             run.error = e
@@ -226,8 +237,13 @@ class Runs:
 
 
 @pytest.fixture(scope="session")
-def runs(lab, workdir):
-    r = Runs(lab, workdir)
+def runs(lab, workdir, request):
+    plan = []  # the notebooks the selected tests will ask for, in order
+    for item in request.session.items:
+        nb = getattr(item, "callspec", None) and item.callspec.params.get("nb")
+        if nb is not None and str(nb) not in plan:
+            plan.append(str(nb))
+    r = Runs(lab, workdir, plan)
     yield r
     r.close()
 

@@ -372,22 +372,37 @@ JS_BUSY = r"""
 }
 """
 
-# Select the first code cell that has not run (aborted after an error) and run it and all
-# below (the command behind Run > Run Selected Cell and All Below); resolves when that run ends.
+# After a run stopped at an error: run each code cell that did not run, one at a time and in
+# order (the command behind Run > Run Selected Cell and Do not Advance, i.e. a student going on
+# with Ctrl+Enter), so that one more error does not abort the rest. Each command resolves
+# when its cell has run. Right after an error the kernel may still be aborting requests: a
+# cell whose run came back aborted is tried again after a pause.
 JS_RUN_REST = r"""
-async ({timeout_ms, last}) => {
-  const app = window.jupyterapp, nb = window.__tfsNb, content = nb.content;
-  const i = content.widgets.findIndex(c => c.model.type === 'code' &&
-      c.model.executionCount === null && c.model.sharedModel.getSource().trim() !== '');
-  if (i < 0) return {state: 'done'};
-  const line = content.widgets[i].model.sharedModel.getSource().trim().split('\n')[0].slice(0, 70);
-  if (i === last) return {state: 'stuck', index: i, line};
-  content.activeCellIndex = i;
-  content.deselectAll();
-  const run = app.commands.execute('notebook:run-all-below');
-  const timer = new Promise(r => setTimeout(() => r('timeout'), timeout_ms));
-  const res = await Promise.race([run.then(() => 'ran'), timer]);
-  return res === 'timeout' ? {state: 'timeout'} : {state: 'ran', index: i, line};
+async ({timeout_ms}) => {
+  const app = window.jupyterapp, content = window.__tfsNb.content;
+  const end = Date.now() + timeout_ms;
+  const sleep = ms => new Promise(r => setTimeout(r, ms));
+  const notRun = c => c.model.type === 'code' && c.model.executionCount === null &&
+      c.model.sharedModel.getSource().trim() !== '';
+  let ran = 0, retried = 0;
+  for (let i = 0; i < content.widgets.length; i++) {
+    for (let attempt = 0; notRun(content.widgets[i]); attempt++) {
+      if (attempt > 5) {
+        const line = content.widgets[i].model.sharedModel.getSource().trim().split('\n')[0];
+        return {state: 'stuck', index: i, line: line.slice(0, 70), ran, retried};
+      }
+      if (attempt > 0) { retried++; await sleep(100 * attempt); }
+      content.activeCellIndex = i;
+      content.deselectAll();
+      const left = end - Date.now();
+      if (left <= 0) return {state: 'timeout', ran, retried};
+      const run = app.commands.execute('notebook:run-cell').then(() => 'ran');
+      const res = await Promise.race([run, sleep(left).then(() => 'timeout')]);
+      if (res === 'timeout') return {state: 'timeout', ran, retried};
+      ran++;
+    }
+  }
+  return {state: 'done', ran, retried};
 }
 """
 
@@ -487,6 +502,14 @@ class Lab:
     def open_notebook(self, relpath: str) -> "Notebook":
         return Notebook(self, relpath).open()
 
+    def prefetch(self, relpath: str):
+        """Open a notebook in a background tab without waiting: its kernel starts while the
+        current notebook is being checked (a warm kernel when the tests get to it)."""
+        self.page.evaluate(
+            """(path) => { window.__tfsPrefetch = window.jupyterapp.commands.execute(
+                 'docmanager:open', {path, factory: 'Notebook', options: {activate: false}}
+               ).catch(e => null); return true; }""", relpath)
+
     def open_formgrader(self):
         """Nbgrader > Formgrader; returns the frame that shows it."""
         self.menu("Nbgrader", "Formgrader")
@@ -503,6 +526,7 @@ class Notebook:
         self.relpath = relpath
         self.id = None
         self.rounds = 0
+        self.retried = 0
 
     def open(self) -> "Notebook":
         self.id = self.page.evaluate(
@@ -549,29 +573,23 @@ class Notebook:
 
     def run_all(self, timeout: float = RUN_TIMEOUT) -> int:
         """Run > Run All Cells. JupyterLab stops a run at the first error (the kernel aborts the
-        queued cells), so after an error we select the next cell that did not run and run it
-        and all below (Run > Run Selected Cell and All Below, as a student does) until every
-        code cell ran. Returns how many runs that took."""
+        queued cells); then every cell that did not run is run on its own, in order, as a
+        student going on past the error does. Returns how many cells were run that way."""
         deadline = time.monotonic() + timeout
         self.page.evaluate("() => window.jupyterapp.shell.activateById(window.__tfsNb.id)")
         self.lab.menu("Run", "Run All Cells")
         self.page.wait_for_timeout(100)
         self.wait_idle(max(1.0, deadline - time.monotonic()))
-        self.rounds = 1
-        while True:
-            left = deadline - time.monotonic()
-            r = self.page.evaluate(JS_RUN_REST, {"timeout_ms": max(1000, int(left * 1000)),
-                                                 "last": -1 if self.rounds == 1 else self._last})
-            if r["state"] == "done":
-                return self.rounds
-            if r["state"] == "stuck":
-                raise AssertionError(f"{self.relpath}: cell {r['index']} does not run "
-                                     f"({r['line']!r})")
-            if r["state"] == "timeout":
-                raise AssertionError(f"{self.relpath}: Run All not finished after {timeout:.0f}s")
-            self._last = r["index"]
-            self.rounds += 1
-            self.wait_idle(max(1.0, deadline - time.monotonic()))
+        left = deadline - time.monotonic()
+        r = self.page.evaluate(JS_RUN_REST, {"timeout_ms": max(1000, int(left * 1000))})
+        self.rounds = r["ran"]
+        self.retried = r["retried"]
+        if r["state"] == "stuck":
+            raise AssertionError(f"{self.relpath}: cell {r['index']} does not run ({r['line']!r})")
+        if r["state"] == "timeout":
+            raise AssertionError(f"{self.relpath}: Run All not finished after {timeout:.0f}s")
+        self.wait_idle(max(1.0, deadline - time.monotonic()))
+        return self.rounds
 
     # ---------------------------------------------------------------- explorers
 
