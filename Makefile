@@ -35,7 +35,7 @@ lab: $(STAMP)
 
 test: $(STAMP)
 	$(PY) tools/ensure_browser.py || true
-	$(PY) -m pytest -q tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile tests
 
 release: $(STAMP)
 	$(BIN)/tfs-grade release
@@ -51,7 +51,7 @@ course: $(STAMP)
 	$(BIN)/tfs-grade course $(or $(DIR),instructor)
 
 bench: $(STAMP)
-	$(PY) tools/bench.py
+	$(PY) tools/bench.py   # also runs tools/bench_*.py (multi-head speed, 07 training, KV cache)
 
 clean:
 	rm -rf grading instructor .pytest_cache build *.egg-info

@@ -14,7 +14,6 @@ code from a seed; the held-out dates never occur in the training set, in any for
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import os
 import random
 import time
@@ -23,7 +22,8 @@ from dataclasses import dataclass, field
 import torch
 
 __all__ = [
-    "PAD", "BOS", "EOS", "VOCAB", "STOI", "FORMATS", "DateTask", "make_task", "format_date",
+    "PAD", "BOS", "EOS", "VOCAB", "STOI", "MONTHS", "FORMATS", "MODEL_CONFIG", "TRAIN_CONFIG",
+    "DateTask", "make_task", "format_date", "format_of",
     "encode", "decode_ids", "pad_batch", "noam_lr", "make_optimizer", "train",
     "exact_match", "save_checkpoint", "load_checkpoint", "TrainResult",
 ]
@@ -33,6 +33,11 @@ MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", 
 VOCAB = ["<pad>", "<s>", "</s>"] + [str(d) for d in range(10)] + ["-", "/", ","] + MONTHS
 STOI = {t: i for i, t in enumerate(VOCAB)}
 FORMATS = ("d mon yyyy", "mon d , yyyy", "dd / mm / yyyy")
+
+# The model and training settings of the notebook and of tools/bench_transformer.py.
+MODEL_CONFIG = dict(src_vocab=len(VOCAB), tgt_vocab=len(VOCAB), d_model=64, n_heads=4,
+                    n_layers=2, d_ff=128, dropout=0.0, max_len=64, pad_id=PAD)
+TRAIN_CONFIG = dict(steps=450, batch_size=128, warmup=100, factor=0.2)
 
 
 def format_date(date: _dt.date, fmt: str) -> tuple[list[str], list[str]]:
@@ -49,6 +54,14 @@ def format_date(date: _dt.date, fmt: str) -> tuple[list[str], list[str]]:
         raise ValueError(f"unknown format {fmt!r}; choose one of {FORMATS}")
     tgt = year + ["-"] + list(f"{date.month:02d}") + ["-"] + list(f"{date.day:02d}")
     return src, tgt
+
+
+def format_of(src_text: str) -> str:
+    """Which of FORMATS a source string ("15 mar 2 0 2 4"-style, tokens separated by spaces) uses."""
+    toks = src_text.split()
+    if "/" in toks:
+        return FORMATS[2]
+    return FORMATS[1] if toks[0] in MONTHS else FORMATS[0]
 
 
 def encode(tokens, bos_eos=False) -> list[int]:

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,8 @@ def chromium():
                         reason="browser tests skipped: the playwright package is not installed "
                                "(pip install -e '.[test]')")
     exe = find_chromium()
+    if not exe and os.environ.get("TFS_CHROMIUM"):
+        pytest.skip(f"browser tests skipped: TFS_CHROMIUM={os.environ['TFS_CHROMIUM']} does not exist")
     if not exe:
         pytest.skip("browser tests skipped: no Chromium on PATH (run `python tools/ensure_browser.py` "
                     "as root, or `apt-get install chromium`, or set TFS_CHROMIUM=/path/to/chrome)")
@@ -91,6 +94,13 @@ class CourseDir:
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen([str(tfs), "course", str(path)], cwd=REPO,
                                          stdout=log, stderr=subprocess.STDOUT)
+        self.seconds = None
+        threading.Thread(target=self._time, daemon=True).start()
+
+    def _time(self):
+        self.proc.wait()
+        self.seconds = round(time.monotonic() - self.t0, 1)
+        TIMINGS["session"]["course_dir_s"] = self.seconds
 
     def wait_config(self, timeout: float = 120):
         deadline = time.monotonic() + timeout
@@ -102,7 +112,6 @@ class CourseDir:
 
     def wait(self, timeout: float = 600) -> Path:
         rc = self.proc.wait(timeout=timeout)
-        TIMINGS["session"].setdefault("course_dir_s", round(time.monotonic() - self.t0, 1))
         assert rc == 0, f"tfs-grade course failed ({rc}):\n{self.log.read_text(errors='replace')[-3000:]}"
         return self.path
 
@@ -182,6 +191,7 @@ class Runs:
         self.workdir = workdir
         self.plan = plan
         self.current: Run | None = None
+        self.done: set[str] = set()
 
     def relpath(self, nb_id: str) -> str:
         return f"{self.workdir.relative_to(REPO)}/{nb_id}.ipynb"
@@ -193,9 +203,10 @@ class Runs:
         else:
             self.close()
             run = self.current = self._run(nb, relpath)
-            nxt = self.plan.index(str(nb)) + 1 if str(nb) in self.plan else len(self.plan)
-            if nxt < len(self.plan):
-                self.lab.prefetch(self.relpath(self.plan[nxt]))
+            self.done.add(str(nb))
+            nxt = next((p for p in self.plan if p not in self.done), None)
+            if nxt:
+                self.lab.prefetch(self.relpath(nxt))
         if run.error:
             raise AssertionError(f"{nb}: running the notebook in JupyterLab failed: {run.error} "
                                  f"{run.where()}") from run.error

@@ -50,9 +50,10 @@ SLIDER_TIMEOUT = _env_seconds("TFS_BROWSER_SLIDER_TIMEOUT", 30)    # one slider 
 VALIDATE_TIMEOUT = _env_seconds("TFS_BROWSER_VALIDATE_TIMEOUT", 420)
 START_TIMEOUT = _env_seconds("TFS_BROWSER_START_TIMEOUT", 180)     # lab start, kernel start
 
-# A cell that shows an explorer, and a cell that draws a heatmap at top level (not inside a def).
-EXPLORE_RE = re.compile(r"(?<![\w.])(explore|Explorer)\s*\(")
-HEATMAP_CALL_RE = re.compile(r"^[^\s#].*\b\w*heatmap\w*\s*\(", re.M)
+# A cell that shows an explorer / draws a heatmap: a top-level statement (not inside a def) that
+# calls explore(...) / Explorer(...) / a *heatmap*(...) function.
+EXPLORE_RE = re.compile(r"^(?!(def|class|@)\b)[^\s#].*\b(explore|Explorer)\s*\(", re.M)
+HEATMAP_CALL_RE = re.compile(r"^(?!(def|class|@)\b)[^\s#].*\b\w*heatmap\w*\s*\(", re.M)
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -304,8 +305,7 @@ class Cell:
 
     @property
     def is_explorer(self) -> bool:
-        return self.type == "code" and bool(EXPLORE_RE.search(self.source)) and \
-            not re.fullmatch(r"\s*(from|import)\s.*", self.source.strip(), re.S)
+        return self.type == "code" and bool(EXPLORE_RE.search(self.source))
 
     @property
     def draws_heatmap(self) -> bool:
@@ -356,6 +356,23 @@ JS_CELLS = r"""
     };
     return out;
   });
+}
+"""
+
+JS_CELL_ERRORS = r"""
+(i) => {
+  const c = window.__tfsNb.content.widgets[i];
+  const outs = c.model.outputs;
+  const errs = [];
+  for (let k = 0; k < outs.length; k++) {
+    const o = outs.get(k);
+    if (o.type === 'error') {
+      const j = o.toJSON();
+      errs.push({ename: j.ename || '', evalue: j.evalue || '', traceback: (j.traceback || []).join('\n'),
+                 source: c.model.sharedModel.getSource()});
+    }
+  }
+  return errs;
 }
 """
 
@@ -568,6 +585,11 @@ class Notebook:
     def cells(self) -> list[Cell]:
         return [Cell(**c) for c in self.page.evaluate(JS_CELLS)]
 
+    def cell_errors(self, index: int) -> list[ErrorOutput]:
+        """The error outputs of one cell, as its output model holds them now."""
+        errs = self.page.evaluate(JS_CELL_ERRORS, index)
+        return [ErrorOutput(index, e["ename"], e["evalue"], e["traceback"], e["source"]) for e in errs]
+
     def cell(self, index: int):
         return self.page.locator(f"[data-tfs-index='{index}']")
 
@@ -637,7 +659,7 @@ class Notebook:
         if not old_src:
             return SliderResult(cell, explorer, label, before, before, False,
                                 "no figure before the slider moved")
-        errors_before = sum(len(c.errors) for c in self.cells() if c.index == cell)
+        errors_before = len(self.cell_errors(cell))
         handle = slider.locator(".noUi-handle").first
         track = slider.locator(".noUi-base").first
         handle.scroll_into_view_if_needed()
@@ -662,7 +684,7 @@ class Notebook:
         except Exception:  # noqa: BLE001 (playwright's TimeoutError)
             state = None
         secs = time.monotonic() - t0
-        new_errors = [e for c in self.cells() if c.index == cell for e in c.errors][errors_before:]
+        new_errors = self.cell_errors(cell)[errors_before:]
         if new_errors:
             return SliderResult(cell, explorer, label, before, after, False,
                                 "an error appeared: " + str(new_errors[0]), secs)
@@ -697,7 +719,7 @@ class Notebook:
                 self.vp = page.viewport_size
                 tall = int(min(max(self.vp["height"], height + 200), max_height))
                 page.set_viewport_size({"width": self.vp["width"], "height": tall})
-                page.wait_for_timeout(400)
+                page.wait_for_timeout(250)
 
             def __exit__(self, *exc):
                 page.set_viewport_size(self.vp)
