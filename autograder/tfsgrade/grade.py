@@ -106,6 +106,31 @@ def _grade_ids(nb_path: Path) -> set[str]:
             if c.metadata.get("nbgrader", {}).get("grade")}
 
 
+def _restore_test_cells(sub_path: Path, src_path: Path) -> list[str]:
+    """Put graded test cells the student deleted back where the source has them, so the
+    student's code is still tested (nbgrader would score a missing test cell 0). Returns
+    the grade_ids restored."""
+    sub = nbformat.read(sub_path, as_version=4)
+    src = nbformat.read(src_path, as_version=4)
+    have = {c.metadata.get("nbgrader", {}).get("grade_id") for c in sub.cells}
+    restored, prev_id = [], None
+    for c in src.cells:
+        gid = c.metadata.get("nbgrader", {}).get("grade_id")
+        if gid and c.metadata["nbgrader"].get("grade") and gid not in have:
+            pos = len(sub.cells)
+            for i, sc in enumerate(sub.cells):
+                if prev_id is not None and (sc.get("id") == prev_id or
+                                            sc.metadata.get("nbgrader", {}).get("grade_id") == prev_id):
+                    pos = i + 1
+                    break
+            sub.cells.insert(pos, nbformat.from_dict(c))
+            restored.append(gid)
+        prev_id = gid or c.get("id")
+    if restored:
+        nbformat.write(sub, sub_path)
+    return restored
+
+
 def _tail(text: str, n=6) -> str:
     lines = [ln for ln in (text or "").splitlines() if ln.strip()]
     errs = [ln for ln in lines if "ERROR" in ln or "Error" in ln or "error" in ln]
@@ -187,7 +212,7 @@ def grade(submissions: Path, out: Path, *, names: list[str] | None = None,
                 if note:
                     it.reasons.append(note)
                 if path is None:
-                    found = sorted(p.name for p in list(sdir.glob("*.ipynb")) + list(sdir.glob("*/*.ipynb")))
+                    found = sorted(str(p.relative_to(sdir)) for p in sdir.rglob("*") if p.is_file())[:10]
                     it.status = "flagged"
                     it.reasons.append(f"missing notebook {a}.ipynb (found: {', '.join(found) or 'nothing'})")
                     continue
@@ -200,6 +225,10 @@ def grade(submissions: Path, out: Path, *, names: list[str] | None = None,
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(path, dst)
                 it.path = dst
+                restored = _restore_test_cells(dst, root / "source" / a / f"{a}.ipynb")
+                if restored:
+                    it.reasons.append("test cells deleted by the student were put back from the "
+                                      f"source and graded: {', '.join(restored)}")
 
         with Gradebook(f"sqlite:///{root / 'gradebook.db'}" if not db_url else db_url) as gb:
             for it in items:
@@ -207,12 +236,6 @@ def grade(submissions: Path, out: Path, *, names: list[str] | None = None,
                     gb.update_or_create_student(it.student)
 
         pending = [it for it in items if it.status == "pending"]
-        for it in pending:
-            expected = _grade_ids(root / "source" / it.assignment / f"{it.assignment}.ipynb")
-            missing = expected - _grade_ids(it.path)
-            if missing:
-                it.reasons.append("test cells deleted or renamed by the student (restored from the "
-                                  f"source and graded): {', '.join(sorted(missing))}")
         # One nbgrader run per assignment grades the whole class (start-up paid once; nbgrader
         # isolates students: one student's failure is logged and the others go on). Students
         # left without a result, e.g. when the whole run had to be killed, are retried alone.

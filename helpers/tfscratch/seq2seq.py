@@ -23,7 +23,7 @@ import torch
 
 __all__ = [
     "PAD", "BOS", "EOS", "VOCAB", "STOI", "MONTHS", "FORMATS", "MODEL_CONFIG", "TRAIN_CONFIG",
-    "DateTask", "make_task", "format_date", "format_of",
+    "DateTask", "make_task", "format_date", "format_of", "alignment",
     "encode", "decode_ids", "pad_batch", "noam_lr", "make_optimizer", "train",
     "exact_match", "save_checkpoint", "load_checkpoint", "TrainResult",
 ]
@@ -62,6 +62,24 @@ def format_of(src_text: str) -> str:
     if "/" in toks:
         return FORMATS[2]
     return FORMATS[1] if toks[0] in MONTHS else FORMATS[0]
+
+
+def alignment(src_tokens) -> list[list[int]]:
+    """For each of the 11 target labels (yyyy-mm-dd and EOS), the source positions that hold
+    its information: a year digit its digit, a month digit the month word or digit, a day digit
+    its digit (a leading zero that the source lacks: none); separators and EOS: none."""
+    toks = list(src_tokens)
+    fmt = format_of(" ".join(toks))
+    n = len(toks)
+    year = [[n - 4 + k] for k in range(4)]  # the last four tokens of the raw source
+    if fmt == FORMATS[2]:  # dd / mm / yyyy
+        month, day = [[3], [4]], [[0], [1]]
+    else:
+        mon = [i for i, t in enumerate(toks) if t in MONTHS][0]
+        month = [[mon], [mon]]
+        digits = list(range(0, mon)) if fmt == FORMATS[0] else list(range(1, toks.index(",")))
+        day = [[digits[0]], [digits[1]]] if len(digits) == 2 else [[], [digits[0]]]
+    return year + [[]] + month + [[]] + day + [[]]
 
 
 def encode(tokens, bos_eos=False) -> list[int]:
@@ -160,7 +178,7 @@ def train(model, data: DateTask, loss_fn, steps=1000, batch_size=128, warmup=400
     Adam + the warm-up schedule, gradient clipping at `clip`. Shows a tqdm progress bar when
     `progress` is true. Stops early after `time_limit` seconds if one is given. Returns a
     TrainResult with the loss and learning rate of every step."""
-    d_model = model.d_model
+    d_model = getattr(model, "d_model", None) or model.src_embed.weight.size(1)
     opt, sched = make_optimizer(model, d_model, warmup, factor)
     gen = torch.Generator().manual_seed(seed)
     losses, lrs = [], []

@@ -83,17 +83,25 @@ for src_text, tgt_text in train_set.text[:6]:
 # %% [markdown]
 # A batch is a pair of integer tensors, right-padded with `<pad>`: `src` is `(B, Ls)`, `tgt`
 # is `(B, Lt)` and holds `<s> ... </s>`. Masks come straight from the pad id, as in
-# notebook 02: `make_padding_mask(src)` is `(B, 1, Ls)`, `make_decoder_mask(tgt)` is `(B, Lt, Lt)`,
-# causal AND not-padding (True = may attend).
+# notebook 02 (True = may attend): `make_padding_mask(src)` is `(B, 1, Ls)`, one row of
+# "real key?" flags per sequence; `make_decoder_mask(tgt)` is `(B, Lt, Lt)`, causal AND not
+# padding. (Every ISO date has the same length, so our targets never need padding; sources do.)
 
 # %%
-src, tgt = train_set.batch(torch.arange(4))
+lengths = (train_set.src != s2s.PAD).sum(1)  # source lengths, </s> included
+rows = [int((lengths == n).nonzero()[0]) for n in (7, 8, 9, 11)]  # one short, ..., one long
+src, tgt = train_set.batch(torch.tensor(rows))
 print("src", tuple(src.shape), "\n", src, "\ntgt", tuple(tgt.shape), "\n", tgt)
-print("source padding mask of row 0:", make_padding_mask(src)[0, 0].int().tolist())
+fig = plots.heatmap(make_padding_mask(src)[:, 0].int(),
+                    [train_set.text[i][0] for i in rows], list(range(src.size(1))),
+                    xlabel="source position (key)", ylabel="source", cmap="Blues", vmin=0,
+                    vmax=1, colorbar=False, figsize=(6.5, 2.6),
+                    title="source padding mask: dark = a real token, white = padding")
 fig = plots.heatmap(make_decoder_mask(tgt)[0].int(), [s2s.VOCAB[i] for i in tgt[0]],
                     [s2s.VOCAB[i] for i in tgt[0]], xlabel="key (target prefix)",
                     ylabel="query (target position)", cmap="Greys", vmin=0, vmax=1,
-                    title="decoder mask of row 0: causal AND not padding", colorbar=False)
+                    title="decoder mask of row 0: position i sees 0..i", colorbar=False,
+                    figsize=(5, 4.2))
 
 # %% [markdown]
 # ## 2. From token ids to vectors: embeddings, $\sqrt{d_\text{model}}$ and initialisation
@@ -248,6 +256,7 @@ chk.check_transformer_causal(Transformer, seed=313, norm_first=True)
 
 # %% [test] test_Transformer_padding 2
 chk.check_transformer_padding(Transformer)
+chk.check_transformer_padding(Transformer, seed=12, pad_id=2)
 ### BEGIN HIDDEN TESTS
 chk.check_transformer_padding(Transformer, seed=4711, pad_id=3, V=19, d=24, H=3, n=3, d_ff=40)
 ### END HIDDEN TESTS
@@ -289,6 +298,7 @@ with torch.no_grad():
                             memory_key_padding_mask=src == s2s.PAD)
     diff = (mine.generator(states) - mine(src, tgt)).abs()[tgt != s2s.PAD].max()
 print(f"largest difference from nn.Transformer at the real target positions: {diff:.2e}")
+print("parameters of this small model (d_model=32, 2 layers):")
 for part in ("src_embed", "tgt_embed", "encoder", "decoder", "generator"):
     print(f"  {part:<10} {sum(p.numel() for p in getattr(mine, part).parameters()):>7,} parameters")
 
@@ -540,6 +550,7 @@ def greedy_decode(model, src, max_len, bos_id, eos_id):
 
 # %% [test] test_greedy_decode_scripted 2
 chk.check_greedy_scripted(greedy_decode)
+chk.check_greedy_scripted(greedy_decode, pad_id=3)
 ### BEGIN HIDDEN TESTS
 chk.check_greedy_scripted(greedy_decode, pad_id=7, bos=4, eos=9)
 ### END HIDDEN TESTS
@@ -645,6 +656,11 @@ for i in changed[:5]:
           f"beam {' '.join(s2s.decode_ids(b4[i])):<22} answer {few.text[i][1]}")
 
 # %% [markdown]
+# With `beam_size=1` the result is exactly greedy decoding. A wider beam finds outputs that the
+# *model* scores higher; when the model is wrong, that is sometimes the right answer and
+# sometimes a different wrong one. It cannot replace training: on the fully trained model,
+# greedy decoding is already right.
+#
 # ## 8. Looking inside the trained model
 #
 # Every `MultiHeadAttention` keeps the weights of its last call in `attn_weights`,
@@ -689,22 +705,57 @@ fig = plots.heatmap_grid(maps["cross-attention"], out_words, src_words,
                          title=f"cross-attention, every layer and head: {test_set.text[examples[2]][0]}")
 
 # %% [markdown]
-# Some heads hold a clean alignment; others spread out. Averaging the heads of the last layer,
-# for one example of each format, makes the alignment plain: the year digits of the output read
-# the year at the *end* of the source, the month digits read the month (the word `mar`, or the
-# two digits between the slashes), the day reads the day, wherever the format put it.
+# Some heads hold a clean alignment; others spread out or look at the `</s>` anchor. We can
+# measure it. For every output digit we know which source token holds its information (the
+# same year digit; the month word or month digit; the same day digit). The **alignment
+# score** of a head is the attention mass it puts there, averaged over the output digits of
+# 300 held-out dates: 1 means it always reads exactly the right source token.
+
+# %%
+def alignment_scores(model, data, n=300):
+    """(n_layers, H): mean cross-attention mass on the source token(s) holding the answer."""
+    src, tgt = data.batch(torch.arange(n))
+    with torch.no_grad():
+        model(src, tgt[:, :-1])  # teacher-forced: query t writes label tgt[:, t + 1]
+    W = torch.stack([l.cross_attn.attn_weights for l in model.decoder.layers], 1)  # (N, n, H, Lq, Ls)
+    truth = torch.zeros(n, W.size(3), W.size(4))  # 1 where the answer's information is
+    for b in range(n):
+        for t, positions in enumerate(s2s.alignment(data.text[b][0].split())):
+            truth[b, t, positions] = 1.0
+    has = truth.sum(-1) > 0  # (N, Lq): output digits (not separators or </s>)
+    mass = (W * truth[:, None, None]).sum(-1)  # (N, n, H, Lq)
+    return mass.permute(1, 2, 0, 3)[:, :, has].mean(-1)  # (n, H)
+
+
+scores = alignment_scores(model, test_set)
+fig = plots.heatmap(scores, [f"layer {l}" for l in range(n_layers)],
+                    [f"head {h}" for h in range(n_heads)], xlabel="head", ylabel="decoder layer",
+                    title="alignment score of each cross-attention head", annotate=True,
+                    cmap="Blues", vmin=0, vmax=1, figsize=(5.5, 2.6))
+best_layer, best_head = divmod(int(scores.argmax()), n_heads)
+print(f"best aligned: layer {best_layer}, head {best_head} (score {scores.max():.2f})")
+
+# %% [markdown]
+# That head on one held-out date of each format, with the true alignment outlined in red: the
+# year digits of the output read the year at the *end* of the source, the month digits read the
+# month (the word `apr`, or the two digits between the slashes), the day digits read the day,
+# wherever the format put it. Most of the blue lies in the red boxes. (A leading zero that the
+# source lacks has no box; other heads and the first layer share the rest of the work.)
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
 for ax, i in zip(axes, examples):
     maps, src_words, _, out_words = attention_maps(model, i)
-    w = maps["cross-attention"][-1].mean(0)  # (Lq, Lk): last layer, mean over heads
+    w = maps["cross-attention"][best_layer, best_head]  # (Lq, Lk)
     ax.imshow(w.numpy(), cmap="Blues", vmin=0, vmax=1, aspect="auto")
+    for t, positions in enumerate(s2s.alignment(src_words[:-1])):  # src_words ends with </s>
+        for j in positions:
+            ax.add_patch(plt.Rectangle((j - 0.5, t - 0.5), 1, 1, fill=False, ec="red", lw=1.5))
     ax.set_xticks(range(len(src_words)), src_words)
     ax.set_yticks(range(len(out_words)), out_words)
     ax.set(xlabel="source token (key)", ylabel="output token being written (query)",
            title=test_set.text[i][0])
-fig.suptitle("cross-attention of the last layer, mean over heads")
+fig.suptitle(f"cross-attention, layer {best_layer} head {best_head}; red: where the answer is")
 fig.tight_layout()
 
 # %% [markdown]
@@ -728,7 +779,7 @@ fig = plots.heatmap_grid(maps["encoder self-attention"], src_words, src_words,
 # mean over heads.
 
 # %%
-def draw_attention(example=examples[1], kind="cross-attention", layer=n_layers - 1, head=-1):
+def draw_attention(example=examples[1], kind="cross-attention", layer=best_layer, head=best_head):
     maps, src_words, in_words, out_words = attention_maps(model, example)
     w = maps[kind][layer]  # (H, Lq, Lk)
     w = w.mean(0) if head < 0 else w[head]
@@ -742,7 +793,7 @@ def draw_attention(example=examples[1], kind="cross-attention", layer=n_layers -
 
 explorer = explore(draw_attention, example=(0, len(test_set) - 1, 1, examples[1]),
                    kind=["cross-attention", "decoder self-attention", "encoder self-attention"],
-                   layer=(0, n_layers - 1, 1, n_layers - 1), head=(-1, n_heads - 1, 1, -1))
+                   layer=(0, n_layers - 1, 1, best_layer), head=(-1, n_heads - 1, 1, best_head))
 
 # %% [markdown]
 # ## 9. Saving and loading a checkpoint

@@ -227,6 +227,7 @@ class Runs:
             if run.notebook.retried:
                 run.timings["aborted_retried"] = run.notebook.retried
             run.cells = run.notebook.cells()
+            run.timings["read_cells_s"] = round(time.monotonic() - t2, 1)
         except BaseException as e:  # noqa: BLE001 - reported by every test of this notebook
             run.error = e
         finally:
@@ -243,7 +244,9 @@ class Runs:
 
     def close(self):
         if self.current and self.current.notebook:
+            t0 = time.monotonic()
             self.current.notebook.close()
+            self.current.timings["close_s"] = round(time.monotonic() - t0, 1)
         self.current = None
 
 

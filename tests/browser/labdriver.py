@@ -672,8 +672,10 @@ class Notebook:
         page.mouse.down()
         page.mouse.move(tx, hy, steps=8)
         page.mouse.up()
-        page.wait_for_timeout(100)
-        after = readout.inner_text().strip()
+        after, until = before, time.monotonic() + 5
+        while after == before and time.monotonic() < until:
+            page.wait_for_timeout(100)
+            after = readout.inner_text().strip()
         if after == before:
             return SliderResult(cell, explorer, label, before, after, False,
                                 "dragging the handle did not change the slider's value")
@@ -725,18 +727,30 @@ class Notebook:
                 page.set_viewport_size(self.vp)
         return Tall()
 
-    def screenshot(self, path: Path):
-        """The whole notebook (up to 16000 px): the viewport is made as tall as the notebook."""
+    def screenshot(self, path: Path, max_height: int = 16000) -> list[Path]:
+        """The whole notebook: the viewport is made as tall as the notebook (at most
+        max_height px; a longer notebook is photographed in parts: NAME-part2.jpg, ...)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        h = self.page.evaluate("""() => { const n = window.__tfsNb.content.node;
-            const o = n.querySelector('.jp-WindowedPanel-outer') || n; return o.scrollHeight; }""")
-        with self._tall_viewport(h):
-            self.page.evaluate("""() => { const n = window.__tfsNb.content.node;
-                (n.querySelector('.jp-WindowedPanel-outer') || n).scrollTo(0, 0); }""")
-            if path.suffix.lower() in (".jpg", ".jpeg"):
-                self.page.screenshot(path=str(path), type="jpeg", quality=70)
-            else:
-                self.page.screenshot(path=str(path))
+        outer = """window.__tfsNb.content.node.querySelector('.jp-WindowedPanel-outer')
+                   || window.__tfsNb.content.node"""
+        h = self.page.evaluate(f"() => ({outer}).scrollHeight")
+        jpeg = path.suffix.lower() in (".jpg", ".jpeg")
+        paths = []
+        with self._tall_viewport(h, max_height):
+            step = max(1000, self.page.evaluate(f"() => ({outer}).clientHeight") - 100)
+            for k, top in enumerate(range(0, max(h, 1), step)):
+                self.page.evaluate(f"(y) => ({outer}).scrollTo(0, y)", top)
+                self.page.wait_for_timeout(100)
+                p = path if k == 0 else path.with_name(f"{path.stem}-part{k + 1}{path.suffix}")
+                if jpeg:
+                    self.page.screenshot(path=str(p), type="jpeg", quality=70)
+                else:
+                    self.page.screenshot(path=str(p))
+                paths.append(p)
+                if top + step >= h:
+                    break
+            self.page.evaluate(f"() => ({outer}).scrollTo(0, 0)")
+        return paths
 
     def cell_screenshot(self, index: int, path: Path, part: str = "cell"):
         """One cell (part="cell") or only its outputs (part="output")."""

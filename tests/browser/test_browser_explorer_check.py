@@ -65,7 +65,7 @@ def test_broken_explorer_fails_the_slider_check(runs, workdir):
     working = check(cells[WORKING], timeout=30)
     broken = check(cells[BROKEN], timeout=15)
     frozen = check(cells[FROZEN], timeout=15)
-    raw = check(cells[RAW], timeout=5)
+    raw = check(cells[RAW], timeout=3)
     for name, res in (("working", working), ("broken", broken), ("frozen", frozen), ("raw", raw)):
         print(name, *res)
 

@@ -1,52 +1,19 @@
-"""The grading command end to end, on nbgrader's real apps and gradebook:
-- every notebook's round trip: the solution earns every point, the untouched student
-  notebook earns 0, and its grading completes;
-- a fixture class for 01_attention with named submissions (full marks, untouched, partial,
-  a catalogued mistake, malformed JSON, missing notebook, infinite loop, deleted test cells,
-  renamed notebook), given as a zip, with assertions on grades.csv, feedback, the report and
-  the gradebook."""
+"""The grading command on a named fixture class for 01_attention, given as a zip: full
+marks, untouched, partial, a catalogued mistake, malformed JSON, missing notebook, infinite
+loop, deleted test cell, renamed notebook. Assertions on grades.csv, the feedback, the report
+and nbgrader's gradebook."""
 import csv
 
 import pytest
 
 from catalogue import modules, run_exercise
-from nbtools import NOTEBOOKS, assignments, make_fixture_class, points, solution_sources, student_notebook, write
+from nbtools import A01, make_fixture_class, points, solution_sources, student_notebook
 from tfsgrade.grade import grade
-
-A01 = "01_attention"
 
 
 def _rows(out):
     with (out / "grades.csv").open() as f:
         return {r["student_id"]: r for r in csv.DictReader(f)}
-
-
-@pytest.fixture(scope="session")
-def roundtrip(tmp_path_factory):
-    base = tmp_path_factory.mktemp("roundtrip")
-    subs = base / "subs"
-    for a in assignments():
-        write(student_notebook(a, solution_sources(a)), subs / "solution" / f"{a}.ipynb")
-        (subs / "untouched").mkdir(parents=True, exist_ok=True)
-        (subs / "untouched" / f"{a}.ipynb").write_bytes((NOTEBOOKS / f"{a}.ipynb").read_bytes())
-    out = base / "out"
-    items = grade(subs, out, names=assignments(), log=lambda *a: None)
-    return out, items
-
-
-@pytest.mark.parametrize("assignment", assignments())
-def test_roundtrip_solution_full_untouched_zero(roundtrip, assignment):
-    out, items = roundtrip
-    by = {(it.student, it.assignment): it for it in items}
-    sol, stu = by[("solution", assignment)], by[("untouched", assignment)]
-    total = sum(points(assignment).values())
-    assert sol.status == "graded" and stu.status == "graded", (sol.reasons, stu.reasons)
-    assert sol.max_score == pytest.approx(total)
-    assert sol.score == pytest.approx(total), f"solution scored {sol.score}/{total}: {sol.reasons}"
-    assert stu.score == 0, f"untouched student notebook scored {stu.score}"
-    assert not [r for r in sol.reasons if "exited" in r], sol.reasons
-    for s in ("solution", "untouched"):
-        assert (out / "feedback" / s / f"{assignment}.html").stat().st_size > 1000
 
 
 def _expected_score(fill):
@@ -85,7 +52,7 @@ def test_fixture_class_scores(fixture_class):
     assert float(rows["ivy"][A01]) == total  # renamed, still graded
     # a deleted test cell is restored from the source by nbgrader and graded
     assert float(rows["hal"][A01]) == total
-    assert "deleted" in rows["hal"]["notes"]
+    assert "deleted" in rows["hal"]["notes"] and "test_softmax_stable" in rows["hal"]["notes"]
     # the infinite loop is interrupted; the rest of the notebook is graded
     gus = float(rows["gus"][A01])
     assert 0 < gus < total, gus
