@@ -789,16 +789,17 @@ class Notebook:
     # ---------------------------------------------------------------- closing
 
     def close(self):
-        """Shut the kernel down and close the tab without saving."""
+        """Close the tab without saving and shut its kernel down (not waiting for that: the
+        server finishes it while the next notebook runs)."""
         try:
             self.page.evaluate(
-                """async () => {
+                """() => {
                      const w = window.__tfsNb;
+                     window.__tfsNb = null;
                      if (!w || w.isDisposed) return;
-                     try { await w.sessionContext.shutdown(); } catch (e) {}
+                     w.sessionContext.shutdown().catch(e => null);
                      w.context.model.dirty = false;
                      w.dispose();
-                     window.__tfsNb = null;
                    }""")
         except Exception:  # noqa: BLE001 - the page may be gone; the server cleans up
             pass
