@@ -33,3 +33,16 @@ def test_roundtrip_solution_full_untouched_zero(roundtrip, assignment):
     assert not [r for r in sol.reasons if "exited" in r], sol.reasons
     for s in ("solution", "untouched"):
         assert (out / "feedback" / s / f"{assignment}.html").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_untouched_notebook_errors_are_only_the_stubs(roundtrip, assignment):
+    """Run untouched (as autograde does), the only errors are NotImplementedError: a demo cell
+    that crashes because an exercise is not done yet would bury the student in tracebacks."""
+    import nbformat
+    out, _ = roundtrip
+    nb = nbformat.read(out / "course" / "autograded" / "untouched" / assignment / f"{assignment}.ipynb",
+                       as_version=4)
+    bad = [(i, o.ename, o.evalue[:120]) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+           for o in c.get("outputs", []) if o.output_type == "error" and o.ename != "NotImplementedError"]
+    assert not bad, f"{assignment}: errors other than the stubs' NotImplementedError: {bad}"

@@ -139,7 +139,9 @@ def lab_server(workdir, course):
     server.start()
     TIMINGS["session"]["lab_start_s"] = round(server.start_seconds, 1)
     yield server
+    t0 = time.monotonic()
     server.stop()
+    TIMINGS["session"]["lab_stop_s"] = round(time.monotonic() - t0, 1)
 
 
 @pytest.fixture(scope="session")

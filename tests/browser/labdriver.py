@@ -169,7 +169,9 @@ class LabServer:
                f"--ServerApp.root_dir={self.root_dir}",
                f"--LabApp.user_settings_dir={self._write_settings()}",
                f"--LabApp.workspaces_dir={self.workdir / 'lab-workspaces'}",
-               "--LabApp.expose_app_in_browser=True"]
+               "--LabApp.expose_app_in_browser=True",
+               # a kernel that does not stop within 2 s of a shutdown request is killed
+               "--KernelManager.shutdown_wait_time=2"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--ServerApp.allow_root=True")
         return cmd
@@ -222,12 +224,6 @@ class LabServer:
             raw = r.read()
         return json.loads(raw) if raw else None
 
-    def shutdown_kernels(self):
-        try:
-            for s in self.api("GET", "api/sessions"):
-                self.api("DELETE", f"api/sessions/{s['id']}")
-        except OSError:
-            pass
 
     def log_tail(self, n: int = 4000) -> str:
         try:
@@ -236,14 +232,14 @@ class LabServer:
             return ""
 
     def stop(self):
+        """SIGTERM: jupyter-server shuts its kernels down (all at once) and exits."""
         if not self.proc or self.proc.poll() is not None:
             return
-        self.shutdown_kernels()
-        self.proc.send_signal(signal.SIGTERM)  # jupyter-server stops its kernels on SIGTERM
+        self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            os.killpg(self.proc.pid, signal.SIGKILL)  # kernels exit when their parent dies
             self.proc.wait(timeout=10)
 
 

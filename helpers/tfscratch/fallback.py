@@ -1,0 +1,27 @@
+"""Let demo cells run before the exercises are done.
+
+A demo that uses a learner's exercise would crash with NameError/NotImplementedError until
+the exercise is solved, and every later cell would crash with it. `pick` tries the learner's
+version first and, only if it is not implemented yet, says so and uses the course's reference
+implementation instead, so the notebook always runs top to bottom.
+
+    mha = pick("MultiHeadAttention", lambda: MultiHeadAttention(16, 4),
+               lambda: R.MultiHeadAttention(16, 4), check=lambda m: m(x, x, x))
+"""
+from __future__ import annotations
+
+__all__ = ["pick"]
+
+
+def pick(name: str, make_yours, make_reference, check=None):
+    """Return make_yours() if it (and check(obj), when given) runs without
+    NotImplementedError; otherwise print a note and return make_reference()."""
+    try:
+        obj = make_yours()
+        if check is not None:
+            check(obj)
+        return obj
+    except (NotImplementedError, NameError):
+        print(f"\u2139 {name} is not implemented yet: this cell uses the course's reference "
+              "version. Solve the exercise and re-run to see yours.")
+        return make_reference()
