@@ -41,7 +41,9 @@ def make_course(root: Path, names: list[str], *, db_url: str | None = None,
     root.mkdir(parents=True, exist_ok=True)
     db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
     cfg = CONFIG.read_text()
-    cfg += f"\nc.CourseDirectory.root = {str(root)!r}\nc.CourseDirectory.db_url = {db_url!r}\n"
+    cfg += (f"\nc.CourseDirectory.root = {str(root)!r}\nc.CourseDirectory.db_url = {db_url!r}\n"
+            f"c.Exchange.root = {str(root / 'exchange')!r}\n")
+    (root / "exchange").mkdir(exist_ok=True)
     if timeout:
         cfg += f"c.Execute.timeout = {int(timeout)}\n"
     (root / "nbgrader_config.py").write_text(cfg)

@@ -31,8 +31,9 @@ def _draw(ax, m, row_labels, col_labels, xlabel, ylabel, title, cmap, vmin, vmax
         for i in range(m.shape[0]):
             for j in range(m.shape[1]):
                 v = m[i, j].item()
+                r, g, b, _ = im.cmap(im.norm(v))  # dark cell -> white text, light -> black
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if v < (m.max().item() + m.min().item()) / 2 else "black")
+                        color="white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "black")
     return im
 
 

@@ -39,7 +39,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfscratch import plots
+from tfscratch import reference as R
 from tfscratch.checks import multihead as chk
+from tfscratch.fallback import pick
 from tfscratch.reference import make_causal_mask, make_decoder_mask, make_padding_mask
 from tfscratch.widgets import explore
 
@@ -432,8 +434,12 @@ def to_torch(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     return ref.eval()
 
 
+# The demos from here on use your MultiHeadAttention once it works (until then, the course's)
+z = torch.zeros(1, 3, 8)
+MHA = pick("MultiHeadAttention", lambda: MultiHeadAttention, lambda: R.MultiHeadAttention,
+           check=lambda cls: cls(8, 2)(z, z, z))
 torch.manual_seed(1)
-mha = MultiHeadAttention(32, 4).eval()
+mha = MHA(32, 4).eval()
 ref = to_torch(mha)
 src_tokens = torch.tensor([[3, 4, 5, 6, 7, 0], [3, 4, 5, 0, 0, 0]])  # source, 0 = padding
 tgt = torch.randn(2, 5, 32)
@@ -505,7 +511,7 @@ class LoopMultiHeadAttention(nn.Module):
 
 def copy_into_loop(mha, loop):
     """Head h's small layers get rows h*D_h:(h+1)*D_h of the big ones."""
-    dh = mha.d_head
+    dh = mha.d_model // mha.n_heads
     with torch.no_grad():
         for big, small in ((mha.w_q, loop.q_heads), (mha.w_k, loop.k_heads), (mha.w_v, loop.v_heads)):
             for h, layer in enumerate(small):
@@ -546,7 +552,7 @@ torch.manual_seed(0)
 xb = torch.randn(8, 64, 128)
 print(" heads   batched (ms)   loop (ms)   loop / batched")
 for h in (2, 8, 32):
-    fast, slow = MultiHeadAttention(128, h), LoopMultiHeadAttention(128, h)
+    fast, slow = MHA(128, h), LoopMultiHeadAttention(128, h)
     copy_into_loop(fast, slow)
     tb, tl = time_fwd_bwd([fast, slow], xb)
     print(f"{h:6d} {tb * 1e3:13.2f} {tl * 1e3:11.2f} {tl / tb:12.1f}x")
@@ -631,7 +637,7 @@ def embed(words):
 
 
 def hand_built_heads(sharpness=4.0):
-    m = MultiHeadAttention(d_s, h_s).eval()
+    m = MHA(d_s, h_s).eval()
     s = sharpness * math.sqrt(dh_s)  # undo the 1/sqrt(D_h) scaling
     with torch.no_grad():
         for p in m.parameters():
@@ -695,7 +701,7 @@ explorer = explore(draw_heads, sharpness=(0.0, 8.0, 0.5, 4.0), mask=["causal", "
 
 # %%
 torch.manual_seed(3)
-random_mha = MultiHeadAttention(d_s, h_s).eval()
+random_mha = MHA(d_s, h_s).eval()
 table = torch.randn(len(vocab), d_s)
 xr = table[[vocab.index(w) for w in sentence]].unsqueeze(0)  # (1, L, d_model)
 random_mha(xr, xr, xr)
@@ -713,7 +719,7 @@ fig = plots.heatmap_grid(random_mha.attn_weights[0], sentence, sentence,
 # %%
 print(" d_model  heads    ours    nn.MultiheadAttention   4d^2 + 4d")
 for d, h in ((32, 4), (512, 1), (512, 8), (512, 64)):
-    n_ours = sum(p.numel() for p in MultiHeadAttention(d, h).parameters())
+    n_ours = sum(p.numel() for p in MHA(d, h).parameters())
     n_torch = sum(p.numel() for p in nn.MultiheadAttention(d, h).parameters())
     print(f"{d:8d} {h:6d} {n_ours:9,d} {n_torch:16,d} {4 * d * d + 4 * d:16,d}")
 

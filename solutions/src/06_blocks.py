@@ -38,8 +38,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfscratch import plots
+from tfscratch import reference as R
 from tfscratch.checks import blocks as chk
 from tfscratch.checks.core import copy_mha_to_torch
+from tfscratch.fallback import pick
 from tfscratch.reference import MultiHeadAttention, make_causal_mask, make_padding_mask
 from tfscratch.widgets import explore
 
@@ -153,14 +155,16 @@ chk.check_feedforward_dropout(FeedForward)
 # parameters live: with the paper's sizes it holds twice as many as the attention.
 
 # %%
-ff = FeedForward(d_model=8, d_ff=32).eval()
+ff = pick("FeedForward", lambda: FeedForward(d_model=8, d_ff=32).eval(),
+          lambda: R.FeedForward(d_model=8, d_ff=32).eval(),
+          check=lambda m: m(torch.zeros(1, 6, 8)))
 x = torch.randn(1, 6, 8)
 x_changed = x.clone()
 x_changed[0, 2] += 1.0  # change token 2 only
 moved = (ff(x_changed) - ff(x)).abs().amax(dim=-1)[0]  # (L,) largest change per position
 print("largest output change per position:", [round(v, 4) for v in moved.tolist()])
 
-n_ffn = sum(p.numel() for p in FeedForward(512, 2048).parameters())
+n_ffn = sum(p.numel() for p in type(ff)(512, 2048).parameters())
 n_att = sum(p.numel() for p in MultiHeadAttention(512, 8).parameters())
 print(f"paper sizes: feed-forward {n_ffn:,} parameters, attention {n_att:,}")
 
@@ -197,7 +201,7 @@ def one_thread():
 def first_layer_gradient(depth, kind, d=32, seed=0):
     """Norm of d(loss)/d(first block's linear1.weight) for a stack of `depth` blocks."""
     torch.manual_seed(seed)
-    blocks = nn.ModuleList(FeedForward(d, 4 * d) for _ in range(depth))
+    blocks = nn.ModuleList(FFN(d, 4 * d) for _ in range(depth))
     norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(depth))
     h = torch.randn(8, 8, d)  # (B, L, d)
     for block, norm in zip(blocks, norms):
@@ -212,6 +216,8 @@ def first_layer_gradient(depth, kind, d=32, seed=0):
     return blocks[0].linear1.weight.grad.norm().item()
 
 
+FFN = pick("FeedForward", lambda: FeedForward, lambda: R.FeedForward,
+           check=lambda cls: cls(8, 32)(torch.zeros(1, 2, 8)))
 depths = [1, 2, 4, 8, 16, 24, 32]
 kinds = ["plain", "LayerNorm, no residual", "residual"]
 with one_thread():
@@ -418,7 +424,7 @@ chk.check_encoder_padding_dropout(Encoder)
 def stack_profile(norm_first, n_layers, d=32, seed=0):
     """Per layer: mean token norm after the layer, and the gradient norm of its parameters."""
     torch.manual_seed(seed)
-    enc = Encoder(n_layers, d, 4, 4 * d, norm_first=norm_first)
+    enc = EncoderStack(n_layers, d, 4, 4 * d, norm_first=norm_first)
     h = torch.randn(8, 10, d)  # (B, L, d)
     sizes = []
     for layer in enc.layers:
@@ -455,6 +461,8 @@ def draw_placement(norm_first=True, n_layers=24):
     return fig
 
 
+EncoderStack = pick("Encoder", lambda: Encoder, lambda: R.Encoder,
+                    check=lambda cls: cls(2, 16, 4, 32)(torch.zeros(1, 3, 16)))
 explorer = explore(draw_placement, norm_first=True, n_layers=(2, 48, 2, 24))
 
 # %% [markdown]
@@ -485,7 +493,7 @@ def sort_task_losses(norm_first, n_layers=12, steps=60, lr=5e-3, seed=0):
     V, L, d = 10, 8, 32
     embed = nn.Embedding(V, d)
     pos = nn.Parameter(0.1 * torch.randn(L, d))  # learned positions keep the example short
-    enc = Encoder(n_layers, d, 4, 2 * d, norm_first=norm_first)
+    enc = EncoderStack(n_layers, d, 4, 2 * d, norm_first=norm_first)
     head = nn.Linear(d, V)
     params = [*embed.parameters(), pos, *enc.parameters(), *head.parameters()]
     opt = torch.optim.Adam(params, lr=lr)  # constant learning rate: no warm-up on purpose
@@ -627,7 +635,9 @@ chk.check_decoder_layer_dropout(DecoderLayer)
 # %%
 torch.manual_seed(0)
 Lt, Ls, d = 8, 6, 16
-dec_layer = DecoderLayer(d, 4, 32).eval()
+dec_layer = pick("DecoderLayer", lambda: DecoderLayer(d, 4, 32).eval(),
+                 lambda: R.DecoderLayer(d, 4, 32).eval(),
+                 check=lambda m: m(torch.zeros(1, Lt, d), torch.zeros(1, Ls, d)))
 x, memory = torch.randn(1, Lt, d), torch.randn(1, Ls, d)
 
 
@@ -691,7 +701,13 @@ fig = plots.attention_heatmap(weights[1, 0], [f"t{i}" for i in range(Lt)],
 # uses `x` instead of `memory`, and an encoder layer whose `norm2` is its `norm1`.
 
 # %%
-class DeafDecoderLayer(DecoderLayer):
+DecLayer = pick("DecoderLayer", lambda: DecoderLayer, lambda: R.DecoderLayer,
+                check=lambda cls: cls(16, 4, 32)(torch.zeros(1, 3, 16), torch.zeros(1, 2, 16)))
+EncLayer = pick("EncoderLayer", lambda: EncoderLayer, lambda: R.EncoderLayer,
+                check=lambda cls: cls(16, 4, 32)(torch.zeros(1, 3, 16)))
+
+
+class DeafDecoderLayer(DecLayer):
     """BUG on purpose: the cross-attention attends over the decoder's own states."""
 
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
@@ -703,17 +719,17 @@ class DeafDecoderLayer(DecoderLayer):
 torch.manual_seed(0)
 x, m1, m2 = torch.randn(1, 5, d), torch.randn(1, 6, d), torch.randn(1, 6, d)
 try:
-    DecoderLayer(d, 4, 32)(x)  # the notes' decoder loop: x = layer(x)
+    DecLayer(d, 4, 32)(x)  # the notes' decoder loop: x = layer(x)
 except TypeError as e:
     print("layer(x) ->", e)
 
-for layer in (DecoderLayer(d, 4, 32).eval(), DeafDecoderLayer(d, 4, 32).eval()):
+for layer in (DecLayer(d, 4, 32).eval(), DeafDecoderLayer(d, 4, 32).eval()):
     change = (layer(x, m1) - layer(x, m2)).abs().max().item()
     print(f"{type(layer).__name__:>16}: output change when the memory is replaced: {change:.4f}")
 
-shared = EncoderLayer(d, 4, 32)
+shared = EncLayer(d, 4, 32)
 shared.norm2 = shared.norm1  # one LayerNorm for both sub-layers
-print("parameters: separate norms", sum(p.numel() for p in EncoderLayer(d, 4, 32).parameters()),
+print("parameters: separate norms", sum(p.numel() for p in EncLayer(d, 4, 32).parameters()),
       "| shared norm", sum(p.numel() for p in shared.parameters()),
       "| nn.TransformerEncoderLayer",
       sum(p.numel() for p in nn.TransformerEncoderLayer(d, 4, 32, batch_first=True).parameters()))
@@ -805,6 +821,10 @@ def randomize_norms(module):
                 m.bias.normal_(0.0, 0.3)
 
 
+EncoderStack = pick("Encoder", lambda: Encoder, lambda: R.Encoder,
+                    check=lambda cls: cls(2, 16, 4, 32)(torch.zeros(1, 3, 16)))
+DecoderStack = pick("Decoder", lambda: Decoder, lambda: R.Decoder,
+                    check=lambda cls: cls(2, 16, 4, 32)(torch.zeros(1, 3, 16), torch.zeros(1, 2, 16)))
 torch.manual_seed(0)
 B, Ls, Lt, d, H, d_ff, n = 2, 7, 5, 16, 4, 32, 3
 src = torch.tensor([[4, 2, 9, 7, 3, 8, 5], [6, 1, 5, 2, 0, 0, 0]])  # 0 = padding
@@ -815,8 +835,8 @@ kpm = ~src_mask[:, 0, :]  # (B, Ls), PyTorch: True = padding, ignore
 
 for norm_first in (False, True):
     kw = dict(dropout=0.0, batch_first=True, norm_first=norm_first)
-    enc = Encoder(n, d, H, d_ff, norm_first=norm_first).eval()
-    dec = Decoder(n, d, H, d_ff, norm_first=norm_first).eval()
+    enc = EncoderStack(n, d, H, d_ff, norm_first=norm_first).eval()
+    dec = DecoderStack(n, d, H, d_ff, norm_first=norm_first).eval()
     randomize_norms(enc)
     randomize_norms(dec)
     t_enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, H, d_ff, **kw), n,

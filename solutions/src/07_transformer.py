@@ -36,8 +36,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfscratch import plots
+from tfscratch import reference as R
 from tfscratch import seq2seq as s2s
 from tfscratch.checks import transformer as chk
+from tfscratch.fallback import pick
 from tfscratch.reference import (Decoder, Encoder, PositionalEncoding, make_causal_mask,
                                  make_decoder_mask, make_padding_mask,
                                  sinusoidal_positional_encoding)
@@ -284,7 +286,9 @@ chk.check_transformer_overfit(Transformer)
 
 # %%
 torch.manual_seed(0)
-mine = Transformer(V, V, d_model=32, n_heads=4, n_layers=2, d_ff=64).eval()
+small = dict(src_vocab=V, tgt_vocab=V, d_model=32, n_heads=4, n_layers=2, d_ff=64)
+mine = pick("Transformer", lambda: Transformer(**small).eval(), lambda: R.Transformer(**small).eval(),
+            check=lambda m: m(*test_set.batch(torch.arange(2))))
 theirs = nn.Transformer(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2,
                         dim_feedforward=64, dropout=0.0, batch_first=True)
 chk.copy_transformer_to_torch(mine, theirs)  # attention, feed-forward and norm weights
@@ -387,7 +391,8 @@ demo_steps = 5 if AUTOGRADE else 150
 demo = {}
 for name, loss_fn in (("shifted labels (right)", right_loss), ("unshifted labels (bug)", unshifted_loss)):
     torch.manual_seed(0)
-    m = Transformer(**small_config)
+    m = pick("Transformer", lambda: Transformer(**small_config),
+             lambda: R.Transformer(**small_config), check=lambda m: m(*few.batch(torch.arange(2))))
     r = s2s.train(m, train_set, loss_fn, steps=demo_steps, batch_size=64, warmup=100,
                   factor=0.2, progress=False)
     acc, _ = s2s.exact_match(m, few, reference_greedy)
@@ -473,9 +478,13 @@ fig = plots.curves(steps_axis, {f"warmup={w}": [s2s.noam_lr(s, 64, w, 0.2) for s
 # %%
 print("model:", s2s.MODEL_CONFIG, "\ntraining:", s2s.TRAIN_CONFIG)
 torch.manual_seed(0)
-model = Transformer(**s2s.MODEL_CONFIG)
+probe = train_set.batch(torch.arange(4))  # a tiny batch to see whether your code runs yet
+model = pick("Transformer", lambda: Transformer(**s2s.MODEL_CONFIG),
+             lambda: R.Transformer(**s2s.MODEL_CONFIG), check=lambda m: m(*probe))
+loss_fn = pick("teacher_forcing_loss", lambda: teacher_forcing_loss,
+               lambda: R.teacher_forcing_loss, check=lambda f: f(model, *probe))
 steps = 10 if AUTOGRADE else s2s.TRAIN_CONFIG["steps"]
-result = s2s.train(model, train_set, teacher_forcing_loss,
+result = s2s.train(model, train_set, loss_fn,
                    **dict(s2s.TRAIN_CONFIG, steps=steps), time_limit=55, seed=0)
 print(f"{result.steps} steps in {result.seconds:.1f} s, "
       f"{1000 * result.seconds / result.steps:.0f} ms per step; last loss {result.losses[-1]:.4f}")
@@ -576,8 +585,10 @@ chk.check_greedy_against_reference(
 # One wrong digit is a wrong date.
 
 # %%
+decode_fn = pick("greedy_decode", lambda: greedy_decode, lambda: R.greedy_decode,
+                 check=lambda f: f(model.eval(), test_set.src[:2], 12, s2s.BOS, s2s.EOS))
 t0 = time.perf_counter()
-accuracy, outputs = s2s.exact_match(model, test_set, greedy_decode)
+accuracy, outputs = s2s.exact_match(model, test_set, decode_fn)
 outputs = torch.cat([F.pad(o, (0, test_set.tgt.size(1) - o.size(1)), value=s2s.PAD) for o in outputs])
 print(f"held-out exact match: {accuracy:.1%} of {len(test_set)} unseen dates "
       f"(decoded in {time.perf_counter() - t0:.1f} s)\n")
@@ -643,7 +654,7 @@ def beam_search(model, src, max_len, bos_id, eos_id, beam_size=4, alpha=0.6):
 half_trained = demo["shifted labels (right)"][0].eval()
 few = s2s.DateTask(test_set.src[:150], test_set.tgt[:150], test_set.text[:150])
 t0 = time.perf_counter()
-acc_greedy, out_greedy = s2s.exact_match(half_trained, few, greedy_decode)
+acc_greedy, out_greedy = s2s.exact_match(half_trained, few, decode_fn)
 acc_beam1, out_beam1 = s2s.exact_match(half_trained, few, beam_search, beam_size=1)
 t1 = time.perf_counter()
 acc_beam4, out_beam4 = s2s.exact_match(half_trained, few, beam_search, beam_size=4)
@@ -673,7 +684,7 @@ for i in changed[:5]:
 def attention_maps(model, i, data=test_set):
     """Weights of every attention module on held-out example i, as (n_layers, H, Lq, Lk) tensors."""
     src = data.src[i][data.src[i] != s2s.PAD].unsqueeze(0)  # (1, Ls) without padding
-    out = greedy_decode(model, src, data.tgt.size(1), s2s.BOS, s2s.EOS)  # (1, T)
+    out = decode_fn(model, src, data.tgt.size(1), s2s.BOS, s2s.EOS)  # (1, T)
     with torch.no_grad():
         model(src, out[:, :-1])  # fills attn_weights everywhere
     stack = lambda mods: torch.stack([m.attn_weights[0] for m in mods])  # (n_layers, H, Lq, Lk)
@@ -809,13 +820,13 @@ with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, "date_transformer.pt")
     s2s.save_checkpoint(path, model, s2s.MODEL_CONFIG, steps=result.steps)
     print(f"saved {os.path.getsize(path) / 1024:.0f} KiB: {path}")
-    restored, ckpt = s2s.load_checkpoint(path, Transformer)
+    restored, ckpt = s2s.load_checkpoint(path, type(model))  # your Transformer class
 print("checkpoint keys:", list(ckpt), "| first weights:", list(ckpt["state_dict"])[:4])
 src, tgt = test_set.batch(torch.arange(64))
 with torch.no_grad():
     same_logits = torch.equal(model.eval()(src, tgt), restored(src, tgt))
-same_output = torch.equal(greedy_decode(model, src, 12, s2s.BOS, s2s.EOS),
-                          greedy_decode(restored, src, 12, s2s.BOS, s2s.EOS))
+same_output = torch.equal(decode_fn(model, src, 12, s2s.BOS, s2s.EOS),
+                          decode_fn(restored, src, 12, s2s.BOS, s2s.EOS))
 print(f"identical logits: {same_logits}, identical decoded dates: {same_output}")
 
 # %% [markdown]

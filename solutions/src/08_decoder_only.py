@@ -45,7 +45,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfscratch import plots
+from tfscratch import reference as R
 from tfscratch.checks import decoder_only as chk
+from tfscratch.fallback import pick
 from tfscratch.reference import (FeedForward, PositionalEncoding, combine_heads, make_causal_mask,
                                  scaled_dot_product_attention, sinusoidal_positional_encoding,
                                  split_heads)
@@ -390,8 +392,10 @@ chk.check_lm_kv_cache(DecoderOnlyLM, seed=6021,
 # Positions before the change cannot move at all; the change and everything after it may.
 
 # %%
+LM = pick("DecoderOnlyLM", lambda: DecoderOnlyLM, lambda: R.DecoderOnlyLM,  # the class the demos use
+          check=lambda cls: cls(5, 8, 2, 1, 16)(torch.zeros(1, 3, dtype=torch.long), use_cache=True))
 torch.manual_seed(0)
-demo = DecoderOnlyLM(11, 32, 4, 2, 64).eval()
+demo = LM(11, 32, 4, 2, 64).eval()
 x_demo = torch.randint(0, 11, (1, 10))
 x_changed = x_demo.clone()
 x_changed[0, 6] = (x_changed[0, 6] + 1) % 11
@@ -446,9 +450,11 @@ def train(model, loss_fn, batch, steps, lr, check=None):
 
 prompts = [seed_tokens[0, :4].tolist(), seed_tokens[1, :4].tolist()]
 answers_ok = lambda m: all(greedy_answer(m, p) == ["awesome", "<EOS>"] for p in prompts)
+lm_loss = pick("next_token_loss", lambda: next_token_loss, lambda: R.next_token_loss,
+               check=lambda f: f(torch.zeros(1, 3, 5), torch.zeros(1, 3, dtype=torch.long)))
 torch.manual_seed(1)
-seed_model = DecoderOnlyLM(len(vocab), 16, 2, 1, 32, max_len=16)
-shift_losses, first_ok = train(seed_model, next_token_loss, seed_tokens, steps=60, lr=0.01,
+seed_model = LM(len(vocab), 16, 2, 1, 32, max_len=16)
+shift_losses, first_ok = train(seed_model, lm_loss, seed_tokens, steps=60, lr=0.01,
                                check=answers_ok)
 for p in prompts:
     print(" ".join(vocab[i] for i in p), "->", " ".join(greedy_answer(seed_model, p)))
@@ -481,7 +487,7 @@ def unshifted_loss(logits, tokens):  # the mistake: label t = token t
 
 
 torch.manual_seed(1)
-copy_model = DecoderOnlyLM(len(vocab), 16, 2, 1, 32, max_len=16)
+copy_model = LM(len(vocab), 16, 2, 1, 32, max_len=16)
 copy_losses, _ = train(copy_model, unshifted_loss, seed_tokens, steps=60, lr=0.01)
 fig = plots.curves(range(1, 61), {"shifted labels (next token)": shift_losses,
                                  "no shift (same token)": copy_losses},
@@ -601,7 +607,9 @@ chk.check_generate_eos(generate)
 # batched: the two prompts have the same length, and each row stops on its own.
 
 # %%
-out = generate(seed_model, seed_tokens[:, :4], max_new_tokens=5, temperature=0, eos_id=EOS)
+generate_fn = pick("generate", lambda: generate, lambda: R.generate,
+                   check=lambda g: g(seed_model, seed_tokens[:1, :4], 1, temperature=0))
+out = generate_fn(seed_model, seed_tokens[:, :4], max_new_tokens=5, temperature=0, eos_id=EOS)
 for row in out.tolist():
     print(" ".join(vocab[i] for i in row[:4]), "->", " ".join(vocab[i] for i in row[4:]))
 
@@ -648,13 +656,13 @@ def window_batch(gen, B=32, T=48):
 
 
 torch.manual_seed(0)
-char_model = DecoderOnlyLM(len(chars), 48, 4, 2, 96, max_len=64)
+char_model = LM(len(chars), 48, 4, 2, 96, max_len=64)
 opt = torch.optim.AdamW(char_model.parameters(), lr=1e-2)
 gen = torch.Generator().manual_seed(0)
 char_losses = []
 for step in range(30 if GRADING else 150):
     batch = window_batch(gen)
-    loss = next_token_loss(char_model(batch), batch)
+    loss = lm_loss(char_model(batch), batch)
     opt.zero_grad()
     loss.backward()
     opt.step()
@@ -737,7 +745,7 @@ explorer = explore(draw_next, context=["pig.d", "pig.", "pig.go", "pig.h", "pig.
 # %%
 def sample_words(temperature, top_k=None, rows=16, n=40):
     prompt = torch.tensor([encode(".")] * rows)
-    out = generate(char_model, prompt, n, temperature=temperature, top_k=top_k,
+    out = generate_fn(char_model, prompt, n, temperature=temperature, top_k=top_k,
                    generator=torch.Generator().manual_seed(1))
     return [w for row in out.tolist() for w in decode(row).split(".")[1:-1]]
 
@@ -832,8 +840,8 @@ fig = plots.curves(range(1, 31), {"positions offset by the cache": [max(e, 1e-8)
 
 # %%
 prompt = torch.tensor([encode(".cat.")] * 4)
-a = generate(char_model, prompt, 40, temperature=0, use_cache=True)
-b = generate(char_model, prompt, 40, temperature=0, use_cache=False)
+a = generate_fn(char_model, prompt, 40, temperature=0, use_cache=True)
+b = generate_fn(char_model, prompt, 40, temperature=0, use_cache=False)
 print("cached == uncached:", torch.equal(a, b), "|", decode(a[0].tolist()))
 
 # %% [markdown]
@@ -846,14 +854,14 @@ print("cached == uncached:", torch.equal(a, b), "|", decode(a[0].tolist()))
 
 # %%
 torch.manual_seed(0)
-bench_model = DecoderOnlyLM(64, 128, 4, 2, 512, max_len=256).eval()
+bench_model = LM(64, 128, 4, 2, 512, max_len=256).eval()
 bench_prompt = torch.randint(0, 64, (2, 16))
 lengths = [8, 16, 32] if GRADING else [8, 16, 32, 64, 128]
 timings = {True: [], False: []}
 for n in lengths:
     for cached in (True, False):
         t0 = time.process_time()  # CPU time of this process: steady even on a busy machine
-        out = generate(bench_model, bench_prompt, n, temperature=0, use_cache=cached)
+        out = generate_fn(bench_model, bench_prompt, n, temperature=0, use_cache=cached)
         timings[cached].append(time.process_time() - t0)
 speedup = [u / c for u, c in zip(timings[False], timings[True])]
 for n, c, u, s in zip(lengths, timings[True], timings[False], speedup):
