@@ -22,6 +22,6 @@ def pick(name: str, make_yours, make_reference, check=None):
             check(obj)
         return obj
     except (NotImplementedError, NameError):
-        print(f"\u2139 {name} is not implemented yet: this cell uses the course's reference "
-              "version. Solve the exercise and re-run to see yours.")
+        print(f"\u2139 {name} is not implemented yet: the demos use the course's reference "
+              "version until it is. Solve the exercise and re-run them to see yours.")
         return make_reference()
