@@ -73,7 +73,7 @@ def bench_extra(rows):
         out = (r.stdout.strip().splitlines() or ["(no output)"])
         summary = " / ".join(ln.strip() for ln in out[-4:])
         if r.returncode:
-            summary = f"FAILED ({r.returncode}): {r.stderr.strip().splitlines()[-1:]}"
+            summary = f"FAILED ({r.returncode}): {summary} {r.stderr.strip().splitlines()[-1:]}"
         rows.append((script.name, f"{secs:.1f} s", summary))
         print(rows[-1], flush=True)
 
