@@ -7,7 +7,7 @@ import csv
 import pytest
 
 from catalogue import modules, run_exercise
-from nbtools import A01, make_fixture_class, points, solution_sources, student_notebook
+from nbtools import A01, make_fixture_class, points, student_notebook
 from tfsgrade.grade import grade
 
 

@@ -1,7 +1,6 @@
 """Unit tests of the helpers package: checks, the shortcut guard, plots, explorers."""
 import contextlib
 import io
-import os
 
 import matplotlib
 import pytest

@@ -74,10 +74,9 @@ def _find(student_dir: Path, a: str) -> tuple[Path | None, str | None]:
     close = [p for p in pool if _norm(a) in _norm(p.stem)]
     if len(close) == 1:
         return close[0], f"notebook was renamed to {close[0].name!r}; graded as {a}.ipynb"
-    if len({p.parent for p in pool}) and (student_dir / a).is_dir():
-        inside = list((student_dir / a).glob("*.ipynb"))
-        if len(inside) == 1:
-            return inside[0], f"notebook was renamed to {inside[0].name!r}; graded as {a}.ipynb"
+    inside = list((student_dir / a).glob("*.ipynb"))
+    if len(inside) == 1:
+        return inside[0], f"notebook was renamed to {inside[0].name!r}; graded as {a}.ipynb"
     return None, None
 
 
@@ -98,12 +97,6 @@ def _validate(path: Path) -> str | None:
     except Exception as e:  # noqa: BLE001
         return f"malformed notebook: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
     return None
-
-
-def _grade_ids(nb_path: Path) -> set[str]:
-    nb = nbformat.read(nb_path, as_version=4)
-    return {c.metadata.nbgrader["grade_id"] for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("grade")}
 
 
 def _restore_test_cells(sub_path: Path, src_path: Path) -> list[str]:

@@ -2,8 +2,6 @@
 stated rank, labels its axes in words, returns its matplotlib Figure and keeps no state."""
 from __future__ import annotations
 
-import math
-
 import matplotlib.pyplot as plt
 import torch
 
@@ -111,7 +109,3 @@ def curves(x, ys: dict, *, xlabel="x", ylabel="y", title=None, logy=False, figsi
     fig.tight_layout()
     return fig
 
-
-def grid_shape(n):
-    c = math.ceil(math.sqrt(n))
-    return math.ceil(n / c), c

@@ -7,23 +7,10 @@ import torch
 import torch.nn.functional as F
 
 from ..reference import softmax as ref_softmax
-from .core import CheckFailed, call, check_close, check_shape, check_true, fail, passed, seeded
+from .core import CheckFailed, _match, _unpack, call, check_close, check_shape, check_true, fail, passed, seeded
 
 SM = ("softmax",)  # shortcut group guarded in the softmax exercise
 ATT = ("attention",)  # ... and in the attention exercise (torch.softmax is allowed there)
-
-
-def _match(actual, candidates: dict, atol=1e-4, rtol=1e-3):
-    """Name of the first wrong-but-plausible result that `actual` equals, or None."""
-    for hint, cand in candidates.items():
-        try:
-            if actual.shape == cand.shape and torch.allclose(
-                    actual.detach().double(), cand.detach().double(), atol=atol, rtol=rtol,
-                    equal_nan=False):
-                return hint
-        except RuntimeError:
-            continue
-    return None
 
 
 # --------------------------------------------------------------------------- softmax
@@ -142,14 +129,6 @@ def check_softmax_against_torch(softmax, seed=0, shapes=((5, 7),), dims=(-1,), s
 
 
 # --------------------------------------------------------------------------- attention
-def _unpack(res, what):
-    if not isinstance(res, (tuple, list)) or len(res) != 2:
-        fail(f"{what} must return a tuple (output, weights); got "
-             f"{type(res).__name__}{'' if not isinstance(res, torch.Tensor) else ' (one tensor)'}. "
-             "Return both the output and the attention weights.")
-    return res
-
-
 def _qkv(seed, batch, Lq, Lk, dk, dv, scale=1.0):
     with seeded(seed):
         q = torch.randn(*batch, Lq, dk) * scale

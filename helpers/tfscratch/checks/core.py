@@ -8,7 +8,6 @@ and nothing returns a number (a number as a cell's last value becomes partial cr
 from __future__ import annotations
 
 import contextlib
-import io
 import random
 import warnings
 
@@ -206,6 +205,27 @@ def check_close(actual, expected, what: str, hint: str = "", atol=1e-5, rtol=1e-
              f"  worst element at index {i}: actual {a[i].item():.6g}, expected {e[i].item():.6g}"
              f" (max abs difference {diff.max().item():.3g}, "
              f"{int((diff > tol).sum())} of {diff.numel()} elements off)\n" + hint)
+
+
+def _match(actual, candidates: dict, atol=1e-4, rtol=1e-3):
+    """Name of the first wrong-but-plausible result that `actual` equals, or None."""
+    for hint, cand in candidates.items():
+        try:
+            if actual.shape == cand.shape and torch.allclose(
+                    actual.detach().double(), cand.detach().double(), atol=atol, rtol=rtol,
+                    equal_nan=False):
+                return hint
+        except RuntimeError:
+            continue
+    return None
+
+
+def _unpack(res, what):
+    if not isinstance(res, (tuple, list)) or len(res) != 2:
+        fail(f"{what} must return a tuple (output, weights); got "
+             f"{type(res).__name__}{'' if not isinstance(res, torch.Tensor) else ' (one tensor)'}. "
+             "Return both the output and the attention weights.")
+    return res
 
 
 def copy_mha_to_torch(mha, torch_mha: nn.MultiheadAttention):

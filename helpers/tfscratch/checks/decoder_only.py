@@ -635,7 +635,7 @@ def check_lm_kv_cache(cls, seed=0, cases=((13, 16, 4, 2, 32, 2, 10, (4, 1, 1, 3)
         with seeded(seed + 70 + i):
             tokens = torch.randint(0, V, (B, T))
         full = _logits_of(_lm_call(m, tokens, what="model(tokens)"), "model(tokens)").detach()
-        cache, start, got_pos = None, 0, []
+        cache, start = None, 0
         sizes = [n for n in list(chunks) + [T - sum(chunks)] if n > 0]
         for n in sizes:
             part = tokens[:, start:start + n]
@@ -679,7 +679,7 @@ def check_lm_kv_cache(cls, seed=0, cases=((13, 16, 4, 2, 32, 2, 10, (4, 1, 1, 3)
                 check_close(lg, exp, f"the logits for tokens {start}..{start + n - 1} computed "
                             f"with {start} cached tokens", why, atol=LM_ATOL, rtol=LM_RTOL)
             elif cache is None:
-                check_close(lg, exp, f"the logits of the first (uncached) chunk", atol=LM_ATOL,
+                check_close(lg, exp, "the logits of the first (uncached) chunk", atol=LM_ATOL,
                             rtol=LM_RTOL)
             cache, start = new_cache, start + n
     passed("DecoderOnlyLM: a prefix plus cached chunks gives the same logits as one full pass "

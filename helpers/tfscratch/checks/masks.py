@@ -16,7 +16,7 @@ from ..reference import make_causal_mask as ref_causal
 from ..reference import make_decoder_mask as ref_decoder
 from ..reference import make_padding_mask as ref_padding
 from ..reference import scaled_dot_product_attention as ref_sdpa
-from .attention import _unpack
+from .core import _unpack
 from .core import CheckFailed, ShortcutUsed, call, check_close, check_shape, check_true, fail, \
     passed, seeded
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from ..reference import make_causal_mask, make_decoder_mask, make_padding_mask
 from ..reference.multihead import expand_mask
-from .attention import _match
+from .core import _match
 from .core import (CheckFailed, call, check_close, check_shape, check_true, copy_mha_to_torch,
                    fail, passed, seeded)
 
