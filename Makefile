@@ -1,6 +1,7 @@
 # Transformers from Scratch: two commands on a fresh machine.
 #   make lab    create .venv on first use, install, open JupyterLab on the course
-#   make test   the same set-up, then the whole test suite
+#   make test   the same set-up, then the whole test suite (what CI runs, ~10 min)
+#   make test-fast  helpers, reference, layout/manifest, build, sampled catalogues (< 1 min)
 # Variables: PYTHON (interpreter used to create .venv), NO_BROWSER=1 (headless lab),
 #            PORT (lab port), TORCH_VERSION.
 
@@ -13,10 +14,10 @@ PORT   ?= 8888
 STAMP  := $(VENV)/.installed-stamp
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: lab test install release check grade bench course clean help
+.PHONY: lab test test-fast install release check grade bench bench-grade course clean help
 
 help:
-	@sed -n '1,8p' Makefile
+	@sed -n '1,9p' Makefile
 
 $(STAMP): pyproject.toml tools/install_torch.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,7 +36,13 @@ lab: $(STAMP)
 
 test: $(STAMP)
 	$(PY) tools/ensure_browser.py || true
+	$(PY) tools/ensure_sandbox.py || true
+	$(PY) tools/ensure_postgres.py || true
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile tests
+
+# No nbgrader, no notebook execution, no browser: for every edit (markers in pyproject.toml).
+test-fast: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow and not nbgrader and not browser" tests
 
 release: $(STAMP)
 	$(BIN)/tfs-grade release
@@ -52,6 +59,11 @@ course: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) tools/bench.py   # also runs tools/bench_*.py (multi-head speed, 07 training, KV cache)
+
+# plain sequential nbgrader autograde vs tfs-grade grade on the same synthetic class
+bench-grade: $(STAMP)
+	$(PY) tools/ensure_sandbox.py || true
+	OMP_NUM_THREADS=1 $(PY) tools/bench_grade.py $(if $(N),--students $(N),)
 
 clean:
 	rm -rf grading instructor .pytest_cache build *.egg-info

@@ -13,7 +13,9 @@ NOTEBOOKS = REPO / "notebooks"
 
 
 def assignments():
-    return sorted(p.stem for p in SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
+    """The course's notebooks, from the manifest (solutions/src/*.py)."""
+    from tfsgrade import manifest
+    return manifest.load().names()
 
 
 def read(path):
@@ -50,10 +52,20 @@ def write(nb, path: Path):
 
 
 def points(assignment) -> dict:
-    """test grade_id -> points, from the solution notebook."""
+    """Autograded test cells: grade_id -> points, from the solution notebook."""
     nb = read(SOLUTIONS / f"{assignment}.ipynb")
     return {c.metadata.nbgrader["grade_id"]: c.metadata.nbgrader["points"]
-            for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+            for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")
+            and not c.metadata.nbgrader.get("solution")}
+
+
+def manual_points(assignment) -> dict:
+    """Free-text answer cells graded by hand (nbgrader "manually graded answer" cells):
+    grade_id -> points."""
+    nb = read(SOLUTIONS / f"{assignment}.ipynb")
+    return {c.metadata.nbgrader["grade_id"]: c.metadata.nbgrader["points"]
+            for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")
+            and c.metadata.nbgrader.get("solution")}
 
 
 A01 = "01_attention"

@@ -1,13 +1,27 @@
-"""COURSE_SPEC section 5: every catalogued mistake fails a graded test of its exercise with a
-message that points at it; every valid variant earns every point."""
+"""COURSE_SPEC section 5: every catalogued mistake fails a graded test of its exercise, and the
+first failing test (notebook order) has a message that points at it (one diagnosis per failing
+exercise); every valid variant earns every point."""
 import pytest
 
-from catalogue import check_mistake, check_variant, modules, run_exercise
+import catalogue
+from catalogue import Mistake, check_mistake, check_variant, modules, run_exercise
 
 MODS = modules()
 MISTAKES = [(m.ASSIGNMENT, x) for m in MODS for x in m.MISTAKES]
 VARIANTS = [(m.ASSIGNMENT, x) for m in MODS for x in m.VARIANTS]
 EXERCISES = [(m.ASSIGNMENT, e) for m in MODS for e in m.EXERCISES]
+
+
+def lanes(entries):
+    """The first mistake (variant) of each exercise runs in every lane, `make test-fast`
+    included; the others are marked slow and run in `make test`."""
+    seen, out = set(), []
+    for a, x in entries:
+        key = (a, x.exercise)
+        out.append(pytest.param(a, x, id=f"{a}:{x.exercise}:{x.description[:50]}",
+                                marks=[pytest.mark.slow] if key in seen else []))
+        seen.add(key)
+    return out
 
 
 @pytest.mark.parametrize("assignment,exercise", EXERCISES, ids=[f"{a}:{e}" for a, e in EXERCISES])
@@ -22,15 +36,29 @@ def test_catalogue_size_and_solution(assignment, exercise):
     assert not bad, "the solution itself fails its tests:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("assignment,m", MISTAKES,
-                         ids=[f"{a}:{m.exercise}:{m.description[:50]}" for a, m in MISTAKES])
+@pytest.mark.parametrize("assignment,m", lanes(MISTAKES))
 def test_mistake_is_caught(assignment, m):
     problem = check_mistake(assignment, m)
     assert problem is None, problem
 
 
-@pytest.mark.parametrize("assignment,v", VARIANTS,
-                         ids=[f"{a}:{v.exercise}:{v.description[:50]}" for a, v in VARIANTS])
+@pytest.mark.parametrize("assignment,v", lanes(VARIANTS))
 def test_variant_earns_full_marks(assignment, v):
     problem = check_variant(assignment, v)
     assert problem is None, problem
+
+
+def test_first_failure_must_name_the_mistake(monkeypatch):
+    """The runner's rule itself: a right diagnosis in a later cell does not excuse a first
+    failing cell that says something else."""
+    m = Mistake("softmax", "demo", r"whole tensor", "")
+    wrong_first = [catalogue.TestResult("test_softmax_rows", False, "rows do not sum to 1", "", ""),
+                   catalogue.TestResult("test_softmax_dim", False, "normalised over the whole tensor", "", "")]
+    monkeypatch.setattr(catalogue, "run_exercise", lambda *a, **k: wrong_first)
+    problem = check_mistake("01_attention", m)
+    assert problem and "first failing test (test_softmax_rows)" in problem
+    monkeypatch.setattr(catalogue, "run_exercise", lambda *a, **k: wrong_first[::-1])
+    assert check_mistake("01_attention", m) is None
+    monkeypatch.setattr(catalogue, "run_exercise",
+                        lambda *a, **k: [catalogue.TestResult("test_softmax_rows", True, "", "", "")])
+    assert "no graded test" in check_mistake("01_attention", m)

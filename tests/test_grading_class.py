@@ -7,7 +7,7 @@ import csv
 import pytest
 
 from catalogue import modules, run_exercise
-from nbtools import A01, make_fixture_class, points, student_notebook
+from nbtools import A01, make_fixture_class, manual_points, points, student_notebook
 from tfsgrade.grade import grade
 
 
@@ -94,9 +94,48 @@ def test_fixture_class_gradebook(fixture_class):
         assert {"ada", "ben", "dan"} <= students
         assert "eve" not in students  # never imported, so never half-graded
         sub = gb.find_submission(A01, "ada")
-        assert sub.score == sub.max_score == sum(points(A01).values())
+        assert sub.score == sum(points(A01).values())  # every autograded point
+        assert sub.max_score == sum(points(A01).values()) + sum(manual_points(A01).values())
         g = gb.find_grade("test_softmax_rows", A01, A01, "ben")
         assert g.score == 0
+
+
+def _first_diagnosis(fill, exercise):
+    """The first line of the first failing test's message, from the in-process runner."""
+    stub_nb = student_notebook(A01)
+    stubs = {c.metadata.nbgrader["grade_id"]: c.source for c in stub_nb.cells
+             if c.metadata.get("nbgrader", {}).get("solution")}
+    res = run_exercise(A01, exercise, fills={**stubs, **fill})
+    first = next(r for r in res if not r.passed)
+    kind, _, text = first.message.partition(": ")
+    if kind in ("NotImplementedError", "NotDone"):  # a stub (NotDone: how the checks say it)
+        return "not attempted (the exercise still raises NotImplementedError)"
+    return text.splitlines()[0].strip()
+
+
+def test_fixture_class_report_lists_diagnoses(fixture_class):
+    """What the class got wrong: per exercise, the first diagnosis each student saw, counted
+    over the 7 graded submissions (ben untouched; cleo without attention; dan without the
+    sqrt(d_k); gus looping in attention; the rest right)."""
+    from tfsgrade.report import class_diagnoses
+    out, items, fills = fixture_class
+    diag = class_diagnoses(out / "course", items, [A01])[A01]
+    n_sm, softmax = diag["softmax"]
+    n_at, attention = diag["scaled_dot_product_attention"]
+    assert n_sm == n_at == 7
+    not_done = "not attempted (the exercise still raises NotImplementedError)"
+    assert softmax == {not_done: 1}  # ben only
+    dan = _first_diagnosis(fills["mistake"], "scaled_dot_product_attention")
+    assert "sqrt(d_k)" in dan, dan
+    assert attention[not_done] == 2  # ben and cleo
+    assert attention[dan] == 1
+    assert sum(attention.values()) == 4, attention  # + gus, whose loop was interrupted
+    assert _first_diagnosis(fills["partial"], "scaled_dot_product_attention") == not_done
+    report = (out / "report.md").read_text()
+    assert "## What the class got wrong" in report
+    assert f"- 2 of 7: {not_done}" in report and f"- 1 of 7: {dan}" in report
+    assert "**scaled_dot_product_attention**: 4 of 7 failed" in report
+    assert "What the class got wrong" in (out / "report.html").read_text()
 
 
 def test_grade_rejects_unknown_assignment(tmp_path):

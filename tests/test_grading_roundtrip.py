@@ -1,10 +1,19 @@
-"""The grading command end to end on every notebook: the solution earns every point, the
-untouched student notebook earns 0, and its grading completes (nbgrader's real apps and
-gradebook)."""
+"""The grading command end to end on every notebook: the solution earns every autograded point,
+the untouched student notebook earns 0, and its grading completes (nbgrader's real apps and
+gradebook). The free-text answers are graded by hand: left as released they score 0 and wait
+for nobody; their points count in the maximum."""
 import pytest
 
-from nbtools import NOTEBOOKS, assignments, points, solution_sources, student_notebook, write
+from nbtools import (NOTEBOOKS, assignments, manual_points, points, solution_sources,
+                     student_notebook, write)
 from tfsgrade.grade import grade
+
+
+# a catalogued mistake that crashes inside the student's code (max without keepdim)
+MISTAKE = ("01_attention", """def softmax(x, dim=-1):
+    m = x.max(dim=dim).values
+    e = torch.exp(x - m)
+    return e / e.sum(dim=dim, keepdim=True)""")
 
 
 @pytest.fixture(scope="session")
@@ -15,6 +24,8 @@ def roundtrip(tmp_path_factory):
         write(student_notebook(a, solution_sources(a)), subs / "solution" / f"{a}.ipynb")
         (subs / "untouched").mkdir(parents=True, exist_ok=True)
         (subs / "untouched" / f"{a}.ipynb").write_bytes((NOTEBOOKS / f"{a}.ipynb").read_bytes())
+    write(student_notebook(MISTAKE[0], {**solution_sources(MISTAKE[0]), "softmax": MISTAKE[1]}),
+          subs / "mistake" / f"{MISTAKE[0]}.ipynb")
     out = base / "out"
     items = grade(subs, out, names=assignments(), log=lambda *a: None)
     return out, items
@@ -25,24 +36,81 @@ def test_roundtrip_solution_full_untouched_zero(roundtrip, assignment):
     out, items = roundtrip
     by = {(it.student, it.assignment): it for it in items}
     sol, stu = by[("solution", assignment)], by[("untouched", assignment)]
-    total = sum(points(assignment).values())
+    total = sum(points(assignment).values())  # autograded points
+    manual = sum(manual_points(assignment).values())  # free-text answers, graded by hand
+    assert manual > 0, f"{assignment} has no free-text questions"
     assert sol.status == "graded" and stu.status == "graded", (sol.reasons, stu.reasons)
-    assert sol.max_score == pytest.approx(total)
+    assert sol.max_score == pytest.approx(total + manual)
+    # the filled-in exercises earn every autograded point; the answer cells were left as
+    # released, which nbgrader scores 0 without asking for a manual grade
     assert sol.score == pytest.approx(total), f"solution scored {sol.score}/{total}: {sol.reasons}"
     assert stu.score == 0, f"untouched student notebook scored {stu.score}"
     assert not [r for r in sol.reasons if "exited" in r], sol.reasons
     for s in ("solution", "untouched"):
         assert (out / "feedback" / s / f"{assignment}.html").stat().st_size > 1000
+    import csv
+    with (out / "grades.csv").open() as f:
+        rows = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert rows["solution"]["manual_pending"] == "", "unanswered questions wait for no review"
 
 
 @pytest.mark.parametrize("assignment", assignments())
 def test_untouched_notebook_errors_are_only_the_stubs(roundtrip, assignment):
-    """Run untouched (as autograde does), the only errors are NotImplementedError: a demo cell
-    that crashes because an exercise is not done yet would bury the student in tracebacks."""
+    """Run untouched (as autograde does), the only errors are the test cells' one grey line
+    "<name>: not implemented yet" (NotDone, a NotImplementedError), with no frame of the course's
+    code: a demo cell that crashes because an exercise is not done yet, or a traceback through
+    tfscratch, would bury the student in red. The progress table ends the notebook and says
+    "not done"; the feedback shows the same lines."""
     import nbformat
     out, _ = roundtrip
     nb = nbformat.read(out / "course" / "autograded" / "untouched" / assignment / f"{assignment}.ipynb",
                        as_version=4)
-    bad = [(i, o.ename, o.evalue[:120]) for i, c in enumerate(nb.cells) if c.cell_type == "code"
-           for o in c.get("outputs", []) if o.output_type == "error" and o.ename != "NotImplementedError"]
-    assert not bad, f"{assignment}: errors other than the stubs' NotImplementedError: {bad}"
+    errors = [(i, c, o) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.output_type == "error"]
+    bad = [(i, o.ename, o.evalue[:120]) for i, c, o in errors
+           if o.ename not in ("NotDone", "NotImplementedError")]
+    assert not bad, f"{assignment}: errors other than the stubs' not implemented yet: {bad}"
+    assert errors, f"{assignment}: no test failed in the untouched notebook"
+    for i, c, o in errors:
+        is_test = "graded-test" in c.metadata.get("tags", [])
+        # a test cell fails with NotDone; a demo cell calling a stub shows the stub's own error
+        assert is_test == (o.ename == "NotDone"), (assignment, i, o.ename, c.source[:80])
+        tb = "\n".join(o.traceback)
+        assert tb.count("\n") == 0 and tb.endswith("not implemented yet\x1b[0m"), (i, tb)
+        assert "tfscratch" not in tb and "Traceback" not in tb, (i, tb)
+    stderr = [i for i, c in enumerate(nb.cells) for o in c.get("outputs", [])
+              if o.output_type == "stream" and o.name == "stderr"]
+    assert not stderr, f"{assignment}: stderr in cells {stderr}"
+    last = nb.cells[-1]
+    assert last.id == "progress" and not last.metadata.get("nbgrader"), last.metadata
+    text = "".join(o.get("data", {}).get("text/plain", "") for o in last.outputs)
+    assert "Progress: 0 of" in text and "not done" in text and " passed," in text, text
+    assert not [o for o in last.outputs if o.output_type == "error"], last.outputs
+    html = (out / "feedback" / "untouched" / f"{assignment}.html").read_text()
+    assert "not implemented yet" in html and "tfscratch/checks" not in html
+
+
+@pytest.mark.parametrize("assignment", assignments())
+def test_solution_progress_table_all_passed(roundtrip, assignment):
+    import nbformat
+    out, _ = roundtrip
+    nb = nbformat.read(out / "course" / "autograded" / "solution" / assignment / f"{assignment}.ipynb",
+                       as_version=4)
+    text = "".join(o.get("data", {}).get("text/plain", "") for o in nb.cells[-1].outputs)
+    assert "0 failed, 0 not done" in text, text
+
+
+def test_feedback_shows_the_same_compact_box(roundtrip):
+    """The feedback HTML of a wrong softmax shows the box the notebook shows: the check, the
+    mistake's hint and the student's own line, and no frame of the course's code."""
+    import html as html_lib
+    import re
+    out, items = roundtrip
+    by = {(it.student, it.assignment): it for it in items}
+    it = by[("mistake", MISTAKE[0])]
+    assert it.status == "graded" and it.score < it.max_score, (it.score, it.reasons)
+    page = (out / "feedback" / "mistake" / f"{MISTAKE[0]}.html").read_text()
+    text = html_lib.unescape(re.sub(r"<[^>]+>", "", page))
+    assert "\u2718 check_softmax_rows" in text and "without keepdim=True" in text
+    assert "your code, Cell In[" in text and "e = torch.exp(x - m)" in text
+    assert "tfscratch/" not in text and "Traceback (most recent call last)" not in text

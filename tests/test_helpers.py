@@ -155,3 +155,126 @@ def test_explorer_builds_widgets_when_interactive(monkeypatch):
     ex.widgets["d"].value = 7  # a slider move redraws with the new value
     assert ex.values["d"] == 7 and ex.figure is not None
     assert ex.figure.axes[0].get_title().startswith("7")
+
+
+def test_not_done_and_the_compact_box():
+    """A stub becomes NotDone (one grey line naming it); a crash in the student's code becomes a
+    box that names the check, the message and the student's own line, and no course frame."""
+    from tfscratch.checks import attention as chk
+    from tfscratch.checks.display import render_failure
+
+    def softmax(x, dim=-1):
+        raise NotImplementedError()
+    with pytest.raises(core.NotDone) as info:
+        chk.check_softmax_rows(softmax)
+    assert str(info.value) == "softmax: not implemented yet"
+    assert info.value._render_traceback_() == ["\x1b[90m\u25cb softmax: not implemented yet\x1b[0m"]
+
+    def softmax(x, dim=-1):  # noqa: F811
+        e = x.exp()
+        return e @ torch.ones(5, 2)  # the student's failing line
+    with pytest.raises(core.CheckFailed) as info:
+        chk.check_softmax_rows(softmax)
+    box = "\n".join(info.value._render_traceback_())
+    assert box.count("check_softmax_rows") == 1 and "shapes cannot be multiplied" in box
+    assert "return e @ torch.ones(5, 2)" in box and "in test_not_done_and_the_compact_box" in box
+    assert "tfscratch" not in box and "core.py" not in box and "Traceback" not in box
+    assert render_failure(core.CheckFailed("plain")) == ["\x1b[31m\x1b[1m\u2718 check failed\x1b[0m\n  plain"]
+
+
+def test_progress_runs_the_checks_again():
+    from tfscratch import progress
+    from tfscratch.checks import attention as chk
+
+    def stub(x, dim=-1):
+        raise NotImplementedError()
+
+    def wrong(x, dim=-1):
+        return x.exp()
+    tests = [("test_a", 1, "chk.check_softmax_rows(softmax)"),
+             ("test_b", 2, "chk.check_softmax_rows(wrong)"), ("test_c", 1, "chk.check_softmax_rows(gone)")]
+    ns = {"chk": chk, "softmax": stub, "wrong": wrong}
+    rows = progress.run_checks(tests, ns)
+    assert [r["status"] for r in rows] == ["not done", "failed", "not done"]
+    assert "exp(x) without dividing" in rows[1]["detail"] and "run the exercise" in rows[2]["detail"]
+    ns["softmax"] = lambda x, dim=-1: (x - x.amax(dim, keepdim=True)).exp() / \
+        (x - x.amax(dim, keepdim=True)).exp().sum(dim, keepdim=True)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert progress.check_all(tests, ns) is None
+    assert "1 of 4 points" in out.getvalue() and "\u2714 test_a" in out.getvalue()
+    assert progress.strip_hidden("a\n### BEGIN HIDDEN TESTS\nb\n### END HIDDEN TESTS\nc") == "a\nc"
+
+
+def test_checks_catch_the_warnings_of_student_code():
+    """The notebooks no longer silence warnings globally (a warning in a demo cell teaches);
+    a test cell must stay silent, so every check runs with warnings caught."""
+    import importlib
+    import pkgutil
+    import warnings
+
+    import tfscratch.checks as checks
+    from tfscratch.checks import attention as chk
+    from tfscratch.reference import softmax
+
+    def noisy_softmax(x, dim=-1):
+        warnings.warn("nn.Softmax() without dim is deprecated", UserWarning)  # what students hit
+        return softmax(x, dim)
+
+    err, out = io.StringIO(), io.StringIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # as a fresh kernel without PYTHONWARNINGS would show it
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            chk.check_softmax_rows(noisy_softmax)
+    assert err.getvalue() == "" and "\u2714" in out.getvalue()
+    loud = [f"{m.name}.{n}" for m in pkgutil.iter_modules(checks.__path__) if m.name != "core"
+            for n, f in vars(importlib.import_module(f"tfscratch.checks.{m.name}")).items()
+            if n.startswith("check_") and callable(f) and f.__module__.endswith(f".{m.name}")
+            and not getattr(f, "_tfs_quiet", False)]
+    assert not loud, f"checks that do not catch warnings: {loud}"
+
+
+def test_seq2seq_train_records_validation_loss_and_stays_quiet_under_autograde(monkeypatch):
+    from tfscratch import reference as R
+    from tfscratch import seq2seq as s2s
+    train_set, val_set = s2s.make_task(n_train=200, n_test=40, seed=0)
+    torch.manual_seed(0)
+    model = R.Transformer(**dict(s2s.MODEL_CONFIG, n_layers=1, d_ff=32))
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        r = s2s.train(model, train_set, R.teacher_forcing_loss, steps=7, batch_size=8,
+                      warmup=2, val_data=val_set, val_every=3, val_size=16)
+    assert err.getvalue() == "", "no progress bar under autograde"
+    assert r.val_steps == [3, 6, 7] and len(r.val_losses) == 3 and len(r.losses) == 7
+    assert not model.training
+    src, tgt = val_set.batch(torch.arange(16))
+    assert r.val_losses[-1] == pytest.approx(s2s.held_out_loss(model, R.teacher_forcing_loss, src, tgt))
+
+
+def test_a_not_implemented_error_from_pytorch_is_a_failure_not_a_stub():
+    """PyTorch raising NotImplementedError (an op without a kernel) inside the student's code
+    is reported as a crash with its message, not as "not implemented yet"."""
+    def _raise_like_torch():
+        raise NotImplementedError("Could not run 'aten::foo' with arguments from the 'Meta' backend")
+    # a frame that lives in PyTorch's own files, as PyTorch's error would
+    _raise_like_torch.__code__ = _raise_like_torch.__code__.replace(co_filename=torch.__file__)
+
+    def uses_an_unsupported_op(x):
+        return _raise_like_torch()
+    with pytest.raises(core.CheckFailed, match="Could not run"):
+        core.call(uses_an_unsupported_op, torch.ones(1))
+
+
+def test_check_all_without_arguments_reads_the_kernels_notebook(monkeypatch):
+    """check_all() in any cell: the graded test cells of the notebook JupyterLab says this
+    kernel runs (JPY_SESSION_NAME), hidden tests stripped."""
+    from pathlib import Path
+
+    from tfscratch import progress
+    nb = Path(__file__).resolve().parents[1] / "solutions" / "01_attention.ipynb"
+    monkeypatch.setenv("JPY_SESSION_NAME", str(nb))
+    monkeypatch.setattr(progress, "_LAST", [])
+    tests = progress._tests_from_session_notebook()
+    assert [t[0] for t in tests][:2] == ["test_softmax_rows", "test_softmax_dim"]
+    assert sum(t[1] for t in tests) == 15 and not any("HIDDEN" in t[2] or "9173" in t[2] for t in tests)

@@ -4,10 +4,26 @@ import re
 import tomllib
 
 from nbtools import NOTEBOOKS, REPO, SOLUTIONS, assignments, read
-from tfsgrade import build, cli
+from tfsgrade import build, cli, manifest
 
-SPEC_NOTEBOOKS = ["01_attention", "02_masks", "03_multihead", "04_normalization",
-                  "05_positional_encoding", "06_blocks", "07_transformer", "08_decoder_only"]
+# COURSE_SPEC section 3: the notebooks and the exercise names it fixes. The one hand-kept list
+# of the course: everything else (tests, grader, bench, browser tests) reads the manifest that
+# tfsgrade.manifest computes from solutions/src/*.py, and this test holds the two together.
+SPEC = {
+    "01_attention": ["softmax", "scaled_dot_product_attention"],
+    "02_masks": ["make_padding_mask", "make_causal_mask", "make_decoder_mask",
+                 "scaled_dot_product_attention"],
+    "03_multihead": ["split_heads", "combine_heads", "MultiHeadAttention"],
+    "04_normalization": ["layer_norm", "batch_norm", "LayerNorm", "BatchNorm"],
+    "05_positional_encoding": ["sinusoidal_positional_encoding", "PositionalEncoding",
+                               "pe_shift_matrix"],
+    "06_blocks": ["FeedForward", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder"],
+    "07_transformer": ["Transformer", "label_smoothing_cross_entropy", "greedy_decode"],
+    "08_decoder_only": ["DecoderOnlyLM", "generate"],
+    "09_modern_decoder": ["rms_norm", "RMSNorm", "apply_rope", "SwiGLU", "GroupedQueryAttention",
+                          "ModernDecoderLM", "top_p_filter"],
+    "10_efficient_attention": ["online_softmax", "flash_attention"],
+}
 
 
 def test_layout():
@@ -16,13 +32,20 @@ def test_layout():
         assert (REPO / p).exists(), f"missing {p}"
     names = assignments()
     assert names, "no solution notebooks"
-    assert set(names) <= set(SPEC_NOTEBOOKS), f"unexpected notebooks {set(names) - set(SPEC_NOTEBOOKS)}"
+    assert set(names) <= set(SPEC), f"notebooks the spec does not list: {set(names) - set(SPEC)}"
     for a in names:
         assert (NOTEBOOKS / f"{a}.ipynb").exists(), f"notebooks/{a}.ipynb was not released"
         assert (SOLUTIONS / "src" / f"{a}.py").exists()
 
 
+def test_sources_build_to_the_committed_files():
+    """solutions/*.ipynb and helpers/tfscratch/reference/ (no nbgrader: the fast lane)."""
+    problems = cli.stale(notebooks=False)
+    assert not problems, "\n".join(problems)
+
+
 def test_generated_notebooks_are_current():
+    """Also notebooks/, through nbgrader's generate_assignment (marked nbgrader, slow)."""
     problems = cli.stale()
     assert not problems, "\n".join(problems)
 
@@ -34,16 +57,26 @@ def test_student_notebooks_have_no_solutions_or_hidden_tests():
             assert marker not in text, f"notebooks/{a}.ipynb contains {marker!r}"
         nb = read(NOTEBOOKS / f"{a}.ipynb")
         stubs = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
-        assert stubs and all("raise NotImplementedError()" in c.source for c in stubs)
+        code = [c for c in stubs if c.cell_type == "code"]
+        answers = [c for c in stubs if c.cell_type == "markdown"]
+        assert code and all("raise NotImplementedError()" in c.source for c in code)
+        assert answers and all(c.source.strip() == "YOUR ANSWER HERE" for c in answers), \
+            f"notebooks/{a}.ipynb: answer cells must be released empty"
 
 
 def test_cell_conventions():
     """Solution grade_id = the name it defines; tests named test_<exercise>...; points set."""
     for a in assignments():
         nb = read(SOLUTIONS / f"{a}.ipynb")
-        exercises = []
+        exercises, answers = [], []
         for c in nb.cells:
             m = c.metadata.get("nbgrader", {})
+            if m.get("solution") and c.cell_type == "markdown":  # a free-text answer, by hand
+                assert m.get("grade") and m["points"] > 0 and not m["locked"], (a, m)
+                assert m["grade_id"].startswith("q_"), f"{a}: answer ids start with q_"
+                assert "### BEGIN SOLUTION" in c.source, f"{a}: {m['grade_id']} has no model answer"
+                answers.append(m["grade_id"])
+                continue
             if m.get("solution"):
                 gid = m["grade_id"]
                 assert re.search(rf"^(def|class) {re.escape(gid)}\b", c.source, re.M), \
@@ -57,26 +90,14 @@ def test_cell_conventions():
         for e in exercises:
             assert any(c.metadata.get("nbgrader", {}).get("grade_id", "").startswith(f"test_{e}")
                        for c in nb.cells), f"{a}: exercise {e} has no graded test"
+        assert 2 <= len(answers) <= 3, f"{a}: {len(answers)} free-text questions (want 2 or 3)"
 
 
 def test_spec_exercises_present():
-    spec = {
-        "01_attention": ["softmax", "scaled_dot_product_attention"],
-        "02_masks": ["make_padding_mask", "make_causal_mask", "make_decoder_mask",
-                     "scaled_dot_product_attention"],
-        "03_multihead": ["split_heads", "combine_heads", "MultiHeadAttention"],
-        "04_normalization": ["layer_norm", "batch_norm", "LayerNorm", "BatchNorm"],
-        "05_positional_encoding": ["sinusoidal_positional_encoding", "PositionalEncoding",
-                                   "pe_shift_matrix"],
-        "06_blocks": ["FeedForward", "EncoderLayer", "DecoderLayer", "Encoder", "Decoder"],
-        "07_transformer": ["Transformer", "greedy_decode"],
-        "08_decoder_only": ["DecoderOnlyLM", "generate"],
-    }
-    for a in assignments():
-        nb = read(SOLUTIONS / f"{a}.ipynb")
-        have = {c.metadata.nbgrader["grade_id"] for c in nb.cells
-                if c.metadata.get("nbgrader", {}).get("solution")}
-        assert set(spec[a]) <= have, f"{a} lacks exercises {set(spec[a]) - have}"
+    m = manifest.load()
+    for nb in m:
+        have = {e.name for e in nb.exercises}
+        assert set(SPEC[nb.name]) <= have, f"{nb.name} lacks exercises {set(SPEC[nb.name]) - have}"
 
 
 def _names(reqs):
@@ -121,3 +142,22 @@ def test_build_is_deterministic_and_rejects_bad_sources(tmp_path):
     bad.write_text("x = 1\n# %%\n")
     with pytest.raises(build.SourceError, match="before the first"):
         build.build_notebook(bad)
+    bad.write_text("# %% [answer] why 1\n# ### BEGIN SOLUTION\n# because\n# ### END SOLUTION\n")
+    with pytest.raises(build.SourceError, match="answer ids start with q_"):
+        build.build_notebook(bad)
+    bad.write_text("# %% [answer] q_why 2\n# because\n")
+    with pytest.raises(build.SourceError, match="needs a model answer"):
+        build.build_notebook(bad)
+
+
+def test_answer_cells_are_manually_graded_markdown(tmp_path):
+    src = tmp_path / "99_q.py"
+    src.write_text("# %% [markdown]\n# Why?\n\n# %% [answer] q_why 2\n# ### BEGIN SOLUTION\n"
+                   "# Because.\n# ### END SOLUTION\n")
+    nb = build.build_notebook(src)
+    cell = nb.cells[1]
+    assert cell.cell_type == "markdown" and cell.id == "q_why"
+    assert cell.source == "### BEGIN SOLUTION\nBecause.\n### END SOLUTION"
+    assert cell.metadata.nbgrader == {"schema_version": 3, "task": False, "grade": True,
+                                      "grade_id": "q_why", "locked": False, "points": 2,
+                                      "solution": True}

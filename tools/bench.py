@@ -4,7 +4,8 @@
 - autograding one full submission (every notebook, solution filled in) with the grading command;
 - grading the named fixture class of tests/ (9 submissions of 01_attention, zipped);
 - the notebook-specific benchmarks in tools/bench_*.py (multi-head attention speed, training
-  accuracy of 07, KV-cache speed-up of 08), when present;
+  accuracy of 07, KV-cache speed-up of 08, peak memory of 10's blockwise attention), when
+  present;
 - the browser tests' run time (tests/browser), when Chromium is available.
 
     python tools/bench.py [--skip-notebooks] [--skip-grading] [--skip-extra] [--skip-browser]
@@ -25,9 +26,10 @@ sys.path.insert(0, str(REPO / "tests"))
 
 
 def bench_notebooks(rows):
-    from nbtools import SOLUTIONS, assignments
+    from nbtools import SOLUTIONS
     from test_notebooks import execute
-    for a in assignments():
+    from tfsgrade import manifest
+    for a in manifest.load().names():
         env = {k: v for k, v in os.environ.items() if k != "NBGRADER_EXECUTION"}
         nb, secs = execute(SOLUTIONS / f"{a}.ipynb", env)
         errs = sum(o.output_type == "error" for c in nb.cells if c.cell_type == "code"
@@ -40,17 +42,19 @@ def bench_notebooks(rows):
 
 
 def bench_grading(rows):
-    from nbtools import assignments, make_fixture_class, solution_sources, student_notebook, write
+    from nbtools import make_fixture_class, solution_sources, student_notebook, write
+    from tfsgrade import manifest
     from tfsgrade.grade import grade
+    course = manifest.load()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        for a in assignments():
+        for a in course.names():
             write(student_notebook(a, solution_sources(a)), tmp / "one" / "student" / f"{a}.ipynb")
         t0 = time.perf_counter()
-        items = grade(tmp / "one", tmp / "out1", names=assignments(), log=lambda *x: None)
+        items = grade(tmp / "one", tmp / "out1", names=course.names(), log=lambda *x: None)
         secs = time.perf_counter() - t0
         score = sum(i.score for i in items)
-        full = sum(i.max_score for i in items)
+        full = sum(nb.points for nb in course)  # what the sources promise, not the gradebook
         rows.append((f"grade one full submission ({len(items)} notebooks)", f"{secs:.1f} s",
                      f"score {score:g}/{full:g}"))
         print(rows[-1], flush=True)

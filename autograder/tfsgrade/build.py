@@ -7,20 +7,50 @@ A source `solutions/src/NN_name.py` is a Python file split into cells by `# %%` 
     # %% [setup] setup_imports        a read-only code cell that the checks rely on
     # %% [solution] softmax           the exercise cell (grade_id = the name it defines)
     # %% [test] test_softmax_rows 2   a graded, read-only test cell worth 2 points
+    # %% [export]                     an ordinary code cell whose code is also exported
+
+Exporting to the reference package (`tfsgrade.export`, run by `make release`):
+
+    #| default_exp attention          first line(s) of the file, before any cell: the module
+                                      helpers/tfscratch/reference/attention.py that this
+                                      source exports to (no line: nothing is exported)
+    #| forbid softmax: torch.softmax F.softmax    the PyTorch shortcuts the exercise(s) may not
+                                      use, as the notebook tells the learner (the manifest
+                                      carries them; `nn.Transformer*` names a family)
+    # %% [solution] softmax           every solution cell is exported (markers removed)...
+    # %% [solution] softmax noexport  ...unless marked noexport (a later notebook redefines it)
+    # %% [export]                     supporting code the reference needs, shown as a plain cell
+    # %% [answer] q_masked_row 1        a free-text answer, graded by hand (1 point): a markdown
+                                      cell; its model answer sits between "### BEGIN SOLUTION"
+                                      and "### END SOLUTION" lines, which the student version
+                                      replaces by "YOUR ANSWER HERE"
 
 The file diffs well and runs as plain Python; the .ipynb files it produces are what nbgrader
 reads. `build_all` is deterministic: the same source always gives the same bytes.
+
+Two things are added to what the source says:
+- test cells and ordinary (demo) code cells are tagged `raises-exception`, so that JupyterLab's
+  Run All goes on past a failing check or a demo that needs an exercise not done yet (the cell
+  still shows its error, and a test cell still scores 0: nbgrader reads its error output);
+  setup and solution cells are not, so Run All still stops where everything after would fail;
+- a last, ungraded cell "progress" runs the visible part of every test cell again and shows a
+  table (tfscratch.progress.check_all), generated here so the source stays the one truth.
 """
 from __future__ import annotations
 
 import hashlib
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import nbformat
 
-HEADER = re.compile(r"^# %%(?:\s+\[(?P<kind>\w+)\])?(?:\s+(?P<id>[\w.-]+))?(?:\s+(?P<points>[\d.]+))?\s*$")
-KINDS = {None, "markdown", "setup", "solution", "test"}
+HEADER = re.compile(r"^# %%(?:\s+\[(?P<kind>\w+)\])?(?:\s+(?P<id>[\w.-]+))?(?:\s+(?P<points>[\d.]+))?"
+                    r"(?:\s+(?P<flag>noexport))?\s*$")
+KINDS = {None, "markdown", "setup", "solution", "test", "export", "answer"}
+DIRECTIVE = re.compile(r"^#\| (?P<key>\w+) (?P<value>.+?)\s*$")
+DIRECTIVES = {"default_exp", "forbid"}
+FORBID = re.compile(r"^(?P<exercises>\w+(?:,\w+)*): (?P<names>[\w.*]+(?: [\w.*]+)*)$")
 
 
 class SourceError(ValueError):
@@ -36,11 +66,53 @@ def _nbgrader_meta(kind, grade_id, points):
                 "solution": False}
     if kind == "setup":
         return {**base, "grade": False, "grade_id": grade_id, "locked": True, "solution": False}
+    if kind == "answer":  # nbgrader's "manually graded answer" cell
+        return {**base, "grade": True, "grade_id": grade_id, "locked": False, "points": points,
+                "solution": True}
     return None
+
+
+class Cell(NamedTuple):
+    kind: str | None  # None (plain code), markdown, setup, solution, test, export
+    grade_id: str | None
+    points: float | int | None
+    source: str
+    export: bool  # its code goes to the reference module (solution cells unless noexport)
+
+
+def directives(text: str, name: str = "<source>") -> dict:
+    """The `#| key value` lines before the first cell:
+    {"default_exp": "attention", "forbid": {"softmax": ("torch.softmax", ...), ...}}."""
+    out = {"forbid": {}}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.startswith("# %%"):
+            break
+        m = DIRECTIVE.match(line)
+        if m:
+            if m["key"] not in DIRECTIVES:
+                raise SourceError(f"{name}:{lineno}: unknown directive {line!r} "
+                                  f"(known: {', '.join(sorted(DIRECTIVES))})")
+            if m["key"] == "forbid":
+                f = FORBID.match(m["value"])
+                if not f:
+                    raise SourceError(f"{name}:{lineno}: write `#| forbid exercise[,exercise]: "
+                                      f"F.name nn.Name ...`, got {line!r}")
+                for ex in f["exercises"].split(","):
+                    out["forbid"][ex] = out["forbid"].get(ex, ()) + tuple(f["names"].split())
+                continue
+            if not re.fullmatch(r"[a-z_][a-z0-9_]*", m["value"]):
+                raise SourceError(f"{name}:{lineno}: {m['value']!r} is not a module name")
+            out[m["key"]] = m["value"]
+    return out
 
 
 def parse(text: str, name: str = "<source>"):
     """Split a percent source into (kind, grade_id, points, source) tuples."""
+    return [c[:4] for c in parse_cells(text, name)]
+
+
+def parse_cells(text: str, name: str = "<source>") -> list[Cell]:
+    """Split a percent source into Cells (parse() gives the same as plain tuples)."""
     cells, cur = [], None
     for lineno, line in enumerate(text.splitlines(), 1):
         if line.startswith("# %%"):
@@ -48,33 +120,45 @@ def parse(text: str, name: str = "<source>"):
             if not m or m["kind"] not in KINDS:
                 raise SourceError(f"{name}:{lineno}: bad cell header {line!r}")
             kind, gid = m["kind"], m["id"]
-            if kind in ("setup", "solution", "test") and not gid:
+            if kind in ("setup", "solution", "test", "answer") and not gid:
                 raise SourceError(f"{name}:{lineno}: a [{kind}] cell needs an id")
+            if kind == "export" and (gid or m["points"]):
+                raise SourceError(f"{name}:{lineno}: an [export] cell takes no id or points")
+            if m["flag"] and kind != "solution":
+                raise SourceError(f"{name}:{lineno}: only a [solution] cell can be noexport")
             if kind == "test" and not gid.startswith("test_"):
                 raise SourceError(f"{name}:{lineno}: test ids start with test_, got {gid!r}")
-            points = float(m["points"]) if m["points"] else (1.0 if kind == "test" else None)
+            if kind == "answer" and not gid.startswith("q_"):
+                raise SourceError(f"{name}:{lineno}: answer ids start with q_, got {gid!r}")
+            points = (float(m["points"]) if m["points"]
+                      else (1.0 if kind in ("test", "answer") else None))
             if points is not None and points.is_integer():
                 points = int(points)
-            cur = [kind, gid, points, []]
+            export = kind == "export" or (kind == "solution" and not m["flag"])
+            cur = [kind, gid, points, [], export]
             cells.append(cur)
         elif cur is None:
-            if line.strip():
-                raise SourceError(f"{name}:{lineno}: text before the first '# %%' header")
+            if line.strip() and not DIRECTIVE.match(line):
+                raise SourceError(f"{name}:{lineno}: text before the first '# %%' header "
+                                  "(only `#| default_exp MODULE` may come first)")
         else:
             cur[3].append(line)
     out, seen = [], set()
-    for kind, gid, points, lines in cells:
+    for kind, gid, points, lines, export in cells:
         while lines and not lines[-1].strip():
             lines.pop()
         while lines and not lines[0].strip():
             lines.pop(0)
-        if kind == "markdown":
+        if kind in ("markdown", "answer"):
             lines = [re.sub(r"^# ?", "", ln) if ln.startswith("#") else ln for ln in lines]
         if gid:
             if gid in seen:
                 raise SourceError(f"{name}: duplicate cell id {gid!r}")
             seen.add(gid)
-        out.append((kind, gid, points, "\n".join(lines)))
+        if kind == "answer" and not ("### BEGIN SOLUTION" in lines and "### END SOLUTION" in lines):
+            raise SourceError(f"{name}: answer cell {gid!r} needs a model answer between "
+                              "'### BEGIN SOLUTION' and '### END SOLUTION' lines")
+        out.append(Cell(kind, gid, points, "\n".join(lines), export))
     return out
 
 
@@ -82,7 +166,7 @@ def build_notebook(src: Path) -> nbformat.NotebookNode:
     cells = []
     for i, (kind, gid, points, source) in enumerate(parse(src.read_text(), str(src))):
         cid = gid or hashlib.sha1(f"{src.stem}-{i}".encode()).hexdigest()[:12]
-        if kind == "markdown":
+        if kind in ("markdown", "answer"):
             cell = nbformat.v4.new_markdown_cell(source, id=cid)
         else:
             cell = nbformat.v4.new_code_cell(source, id=cid)
@@ -90,8 +174,11 @@ def build_notebook(src: Path) -> nbformat.NotebookNode:
         if meta:
             cell.metadata["nbgrader"] = meta
         if kind == "test":
-            cell.metadata["tags"] = ["graded-test"]
+            cell.metadata["tags"] = ["graded-test", "raises-exception"]
+        elif kind is None:
+            cell.metadata["tags"] = ["raises-exception"]
         cells.append(cell)
+    cells.append(progress_cell(parse(src.read_text(), str(src))))
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata = {
         "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
@@ -99,6 +186,35 @@ def build_notebook(src: Path) -> nbformat.NotebookNode:
     }
     nbformat.validate(nb)
     return nb
+
+
+PROGRESS_ID = "progress"
+HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[ \t]*\n?",
+                    re.M | re.S)
+
+
+def progress_cell(parsed):
+    """The generated last cell: the visible source of every test cell, run again by
+    tfscratch.progress.check_all. Not graded, and it never raises."""
+    rows = []
+    for kind, gid, points, source in parsed:
+        if kind == "test":
+            visible = HIDDEN.sub("", source).rstrip()
+            rows.append(f"    ({gid!r}, {points!r}, {visible!r}),")
+    source = "\n".join([
+        "# Progress: the visible checks of this notebook, run again now (passed / failed / not",
+        "# done). Generated from the test cells above; call check_all() in any cell to see it.",
+        "from tfscratch.progress import check_all",
+        "",
+        "check_all([",
+        *rows,
+        "], globals())",
+    ])
+    cell = nbformat.v4.new_code_cell(source, id=PROGRESS_ID)
+    cell.metadata["tags"] = ["progress"]
+    cell.metadata["editable"] = False
+    cell.metadata["jupyter"] = {"source_hidden": True}  # the table is what matters, not the list
+    return cell
 
 
 def write(nb, path: Path):

@@ -1,10 +1,14 @@
 """tfs-grade: the instructor's command.
 
-    tfs-grade build                 solutions/src/*.py -> solutions/*.ipynb
+    tfs-grade build                 solutions/src/*.py -> solutions/*.ipynb and the reference
+                                    package helpers/tfscratch/reference/ (tfsgrade.export)
     tfs-grade release               build, then nbgrader generate_assignment -> notebooks/
-    tfs-grade check                 fail if solutions/ or notebooks/ are stale
+    tfs-grade check                 fail if solutions/, notebooks/ or the reference are stale
+    tfs-grade manifest              print the course manifest (tfsgrade.manifest) as JSON
     tfs-grade grade SUBMISSIONS     autograde a folder or zip; write grades.csv, feedback, report
     tfs-grade course DIR            make an nbgrader course directory (for the formgrader)
+    tfs-grade export OUT            after grading free-text answers by hand in the formgrader:
+                                    re-read the gradebook, rewrite OUT/grades.csv and feedback
 """
 from __future__ import annotations
 
@@ -15,11 +19,20 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import build, course
+from . import build, course, export
+
+
+def build_sources(log=print) -> list[Path]:
+    """solutions/src/*.py -> solutions/*.ipynb and helpers/tfscratch/reference/*.py."""
+    written = build.build_all(course.SOURCES, course.SOLUTIONS)
+    written += export.write(course.SOURCES, course.REFERENCE)
+    for p in written:
+        log(f"built {p.relative_to(course.REPO)}")
+    return written
 
 
 def release(out_dir: Path = course.NOTEBOOKS, names=None, log=print) -> list[Path]:
-    build.build_all(course.SOURCES, course.SOLUTIONS)
+    build_sources(log=lambda *_: None)
     names = names or course.assignments()
     with tempfile.TemporaryDirectory(prefix="tfs-release-") as tmp:
         root = course.make_course(Path(tmp), names)
@@ -35,9 +48,10 @@ def release(out_dir: Path = course.NOTEBOOKS, names=None, log=print) -> list[Pat
     return written
 
 
-def stale() -> list[str]:
-    """Names of generated files that differ from what the sources give now."""
-    problems = []
+def stale(notebooks: bool = True) -> list[str]:
+    """Names of generated files that differ from what the sources give now. notebooks=False
+    skips notebooks/ (the one check that needs nbgrader, ~30 s)."""
+    problems = export.stale(course.SOURCES, course.REFERENCE)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         built = build.build_all(course.SOURCES, tmp / "solutions")
@@ -47,7 +61,7 @@ def stale() -> list[str]:
                 problems.append(f"solutions/{p.name} is stale: run `make release`")
         extra = {p.name for p in course.SOLUTIONS.glob("[0-9][0-9]_*.ipynb")} - {p.name for p in built}
         problems += [f"solutions/{n} has no source in solutions/src/" for n in sorted(extra)]
-        if problems:
+        if problems or not notebooks:
             return problems
         rel = release(tmp / "notebooks", log=lambda *_: None)
         for p in rel:
@@ -65,7 +79,8 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("build", help="solutions/src/*.py -> solutions/*.ipynb")
     sub.add_parser("release", help="build, then regenerate notebooks/ with nbgrader")
-    sub.add_parser("check", help="exit 1 if solutions/ or notebooks/ are stale")
+    sub.add_parser("check", help="exit 1 if solutions/, notebooks/ or the reference are stale")
+    sub.add_parser("manifest", help="print the course manifest as JSON")
     g = sub.add_parser("grade", help="grade a folder or zip of submissions")
     g.add_argument("submissions", type=Path)
     g.add_argument("--out", type=Path, default=Path("grading"), help="output folder (default ./grading)")
@@ -74,14 +89,25 @@ def main(argv=None):
     g.add_argument("--timeout", type=int, default=120, help="seconds per cell (default 120)")
     g.add_argument("--notebook-timeout", type=int, default=900,
                    help="seconds per notebook before the run is killed (default 900)")
-    g.add_argument("--mem-gb", type=float, default=6.0, help="memory cap per grading run (GiB)")
+    g.add_argument("--mem-gb", type=float, default=6.0,
+                   help="memory cap per notebook, all its processes together (GiB)")
+    g.add_argument("--student", action="append", help="regrade only this student (repeatable)")
+    g.add_argument("--scheduler", help="grade on an existing Dask cluster: tcp://host:8786")
+    g.add_argument("--workers", type=int, default=0, help="local workers (default: one per core)")
+    g.add_argument("--no-sandbox", action="store_true",
+                   help="run student code WITHOUT isolation (the report says so)")
+    g.add_argument("--reveal-hidden", action="store_true",
+                   help="feedback shows hidden tests' code and inputs (after the deadline)")
     c = sub.add_parser("course", help="make an nbgrader course directory for the formgrader")
     c.add_argument("dir", type=Path)
+    e = sub.add_parser("export", help="re-read the gradebook after manual grading; rewrite grades.csv")
+    e.add_argument("out", type=Path, help="the --out folder of a grading run")
+    e.add_argument("--db-url", help="gradebook URL (default: the one the grading run used)")
+    e.add_argument("--no-feedback", action="store_true", help="do not regenerate the feedback HTML")
     a = ap.parse_args(argv)
 
     if a.cmd == "build":
-        for p in build.build_all(course.SOURCES, course.SOLUTIONS):
-            print(f"built {p.relative_to(course.REPO)}")
+        build_sources()
     elif a.cmd == "release":
         release()
     elif a.cmd == "check":
@@ -90,11 +116,16 @@ def main(argv=None):
             print(p)
         if problems:
             return 1
-        print("solutions/ and notebooks/ are current")
+        print("solutions/, notebooks/ and helpers/tfscratch/reference/ are current")
+    elif a.cmd == "manifest":
+        from . import manifest
+        print(manifest.load().to_json())
     elif a.cmd == "grade":
         from .grade import grade
         items = grade(a.submissions, a.out, names=a.assignment, db_url=a.db_url,
-                      timeout=a.timeout, notebook_timeout=a.notebook_timeout, mem_gb=a.mem_gb)
+                      timeout=a.timeout, notebook_timeout=a.notebook_timeout, mem_gb=a.mem_gb,
+                      students=a.student, scheduler=a.scheduler, workers=a.workers,
+                      sandbox=not a.no_sandbox, reveal_hidden=a.reveal_hidden)
         flagged = [it for it in items if it.status == "flagged" or it.reasons]
         print(f"graded {sum(it.status == 'graded' for it in items)} notebook(s); "
               f"{len(flagged)} flagged")
@@ -102,6 +133,13 @@ def main(argv=None):
             for r in it.reasons:
                 print(f"  {it.student}/{it.assignment}: {r}")
         print(f"wrote {a.out / 'grades.csv'}, {a.out / 'report.html'}, {a.out / 'feedback'}/")
+        print(f"free-text answers to grade by hand: {a.out / 'manual_review.md'} "
+              f"(then `tfs-grade export {a.out}`)")
+    elif a.cmd == "export":
+        from .manual import export, write_review
+        path = export(a.out, a.db_url, feedback=not a.no_feedback)
+        review = write_review(a.out, db_url=a.db_url)
+        print(f"wrote {path} and {review}")
     elif a.cmd == "course":
         root = course.make_course(a.dir, course.assignments())
         course.generate(root, course.assignments())

@@ -17,11 +17,13 @@ SOLUTIONS = REPO / "solutions"
 NOTEBOOKS = REPO / "notebooks"
 SOURCES = SOLUTIONS / "src"
 CONFIG = REPO / "autograder" / "nbgrader_config.py"
+REFERENCE = REPO / "helpers" / "tfscratch" / "reference"
 
 
 def assignments() -> list[str]:
-    """Assignment ids: one per solution notebook, named after it."""
-    return sorted(p.stem for p in SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
+    """Assignment ids: one per notebook source, named after it (the course manifest)."""
+    from . import manifest
+    return manifest.load().names()
 
 
 def nbgrader_env() -> dict:
@@ -34,8 +36,24 @@ def nbgrader_env() -> dict:
     return env
 
 
+EXECUTED_ELSEWHERE = """
+# Grading run: the notebooks were executed in the sandbox (tfsgrade.runner); nbgrader's
+# own preprocessors still restore locked cells, score, and write the gradebook, but the
+# outputs are kept (no ClearOutput) and nothing executes here (no Execute).
+from nbgrader.preprocessors import (DeduplicateIds, OverwriteKernelspec, OverwriteCells,
+    CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades, AssignLatePenalties)
+from nbconvert.preprocessors import ClearMetadataPreprocessor
+from tfsgrade.merge import RanInSandbox
+c.Autograde.sanitize_preprocessors = [DeduplicateIds, OverwriteKernelspec, OverwriteCells,
+                                      CheckCellMetadata]
+c.Autograde.autograde_preprocessors = [RanInSandbox, IgnorePattern, ClearMetadataPreprocessor,
+                                       LimitOutput, SaveAutoGrades, AssignLatePenalties,
+                                       CheckCellMetadata]
+"""
+
+
 def make_course(root: Path, names: list[str], *, db_url: str | None = None,
-                timeout: int | None = None) -> Path:
+                timeout: int | None = None, executed_elsewhere: bool = False) -> Path:
     """Create an nbgrader course directory with source/<a>/<a>.ipynb for each assignment."""
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -46,6 +64,8 @@ def make_course(root: Path, names: list[str], *, db_url: str | None = None,
     (root / "exchange").mkdir(exist_ok=True)
     if timeout:
         cfg += f"c.Execute.timeout = {int(timeout)}\n"
+    if executed_elsewhere:
+        cfg += EXECUTED_ELSEWHERE
     (root / "nbgrader_config.py").write_text(cfg)
     for a in names:
         src = SOLUTIONS / f"{a}.ipynb"

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import base64
 import html
+import json
+import re
+from collections import Counter
 from pathlib import Path
 
 import matplotlib
@@ -31,7 +34,96 @@ def pass_rates(root: Path, items, names, db_url=None):
     return out
 
 
-def write_report(out: Path, items, names, root: Path, db_url=None):
+_NOT_DONE = "not attempted (the exercise still raises NotImplementedError)"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_GENERIC = re.compile(r"does not match the reference|has the wrong shape\.?$| raised \w+", re.I)
+
+
+def _exercise_of(test_id: str, exercises) -> str | None:
+    """The exercise a graded test cell belongs to: test_<name> or test_<name>_<what>."""
+    hits = [e for e in exercises if test_id == f"test_{e}" or test_id.startswith(f"test_{e}_")]
+    return max(hits, key=len) if hits else None
+
+
+def _first_line(output: dict) -> str:
+    """The first line of the failure message a student saw in a test cell's error output (with
+    its last line when the first only says what differs: "... does not match the reference",
+    "... has the wrong shape", "... raised RuntimeError: ...")."""
+    ename = output.get("ename", "")
+    value = _ANSI.sub("", output.get("evalue", "") or "").strip()
+    if ename in ("NotImplementedError", "NotDone"):
+        return _NOT_DONE
+    lines = [ln.strip() for ln in value.splitlines() if ln.strip()]
+    line = lines[0] if lines else ""
+    # comparisons and crashes state WHAT differs first and the likely mistake last: keep both
+    last = next((ln for ln in reversed(value.splitlines())
+                 if ln.strip() and not ln.startswith(" ")), "").strip()
+    if _GENERIC.search(line) and last and last != line:
+        line = f"{line} ... {last}"
+    if ename in ("CheckFailed", "ShortcutUsed") and line:
+        return line
+    return f"{ename}: {line}" if line else ename or "error"
+
+
+def notebook_diagnoses(path: Path) -> dict:
+    """{exercise: first line of the first failing test cell's message, in notebook order},
+    read from an autograded notebook's error outputs (what the student's feedback shows)."""
+    nb = json.loads(Path(path).read_text())
+    cells = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
+    meta = [c.get("metadata", {}).get("nbgrader", {}) for c in cells]
+    exercises = [m["grade_id"] for m in meta if m.get("solution") and m.get("grade_id")]
+    found: dict = {}
+    for c, m in zip(cells, meta):
+        if not m.get("grade") or m.get("solution"):
+            continue
+        ex = _exercise_of(m.get("grade_id", ""), exercises)
+        if ex is None or ex in found:
+            continue
+        err = next((o for o in c.get("outputs", []) if o.get("output_type") == "error"), None)
+        if err is not None:
+            found[ex] = _first_line(err)
+    return found
+
+
+def class_diagnoses(root: Path, items, names):
+    """{assignment: {exercise: (n_graded, Counter(first diagnosis))}} over the graded
+    submissions: per student and exercise, the first failure message (first line) they saw."""
+    out = {}
+    for a in names:
+        graded = [it for it in items if it.assignment == a and it.status == "graded"]
+        per_ex: dict = {}
+        for it in graded:
+            path = Path(root) / "autograded" / it.student / a / f"{a}.ipynb"
+            if not path.exists():
+                continue
+            try:
+                found = notebook_diagnoses(path)
+            except (OSError, ValueError):
+                continue
+            for ex, line in found.items():
+                per_ex.setdefault(ex, Counter())[line] += 1
+        out[a] = {ex: (len(graded), c) for ex, c in per_ex.items()}
+    return out
+
+
+def _diagnosis_lines(diag, names, top=5):
+    md = ["## What the class got wrong", "",
+          "Per exercise, the most frequent first diagnosis: the first line of the first failing "
+          "test's message, as each student saw it in their feedback.", ""]
+    for a in names:
+        md += [f"### {a}", ""]
+        if not diag.get(a):
+            md += ["No failing exercise.", ""]
+            continue
+        for ex, (n, counts) in sorted(diag[a].items()):
+            md.append(f"**{ex}**: {sum(counts.values())} of {n} failed")
+            for line, k in counts.most_common(top):
+                md.append(f"- {k} of {n}: {line}")
+        md.append("")
+    return md
+
+
+def write_report(out: Path, items, names, root: Path, db_url=None, settings=None):
     rates = pass_rates(root, items, names, db_url)
     students = sorted({it.student for it in items})
     totals = {s: sum(it.score for it in items if it.student == s and it.status == "graded")
@@ -67,12 +159,22 @@ def write_report(out: Path, items, names, root: Path, db_url=None):
             pct = f"{100 * full / n:.0f}%" if n else "n/a"
             md.append(f"| {gid} | {pts:g} | {full}/{n} | {pct} |")
         md.append("")
+    md += _diagnosis_lines(class_diagnoses(root, items, names), names)
+    review = [(it, f) for it in items for f in getattr(it, "flags", [])]
+    md += ["## For review: scan findings and similar work", "",
+           "The static scan of every submission (a certain shortcut already scored 0; the rest "
+           "is for you to judge) and solution cells too similar to the course's or a "
+           "classmate's (both cells side by side in similarity.html).", ""]
+    md += [f"- **{it.student} / {it.assignment}**: {f}" for it, f in review] or ["None."]
+    md.append("")
     flagged = [(it, r) for it in items for r in it.reasons]
     md += ["## Flagged submissions", ""]
     if flagged:
         md += [f"- **{it.student} / {it.assignment}** ({it.status}): {r}" for it, r in flagged]
     else:
         md.append("None.")
+    if settings is not None:
+        md += ["", *run_section(items, settings)]
     text = "\n".join(md) + "\n"
     (out / "report.md").write_text(text)
 
@@ -95,7 +197,7 @@ def write_report(out: Path, items, names, root: Path, db_url=None):
         elif line.startswith("- "):
             body.append(f"<p>&bull; {html.escape(line[2:]).replace('**', '')}</p>")
         elif line:
-            body.append(f"<p>{html.escape(line)}</p>")
+            body.append(f"<p>{html.escape(line).replace('**', '')}</p>")
     joined, page, in_table = body, [], False
     for b in joined:
         if b.startswith("<tr>") and not in_table:
@@ -107,6 +209,37 @@ def write_report(out: Path, items, names, root: Path, db_url=None):
         page.append(b)
     if in_table:
         page.append("</table>")
+    sim = out / "similarity.html"
+    if sim.exists():  # already escaped by tfsgrade.similarity.render_html
+        text = sim.read_text(encoding="utf-8")
+        page.append(text[text.find("<body>") + 6:text.rfind("</body>")] if "<body>" in text else text)
     (out / "report.html").write_text(
         "<!doctype html><html><head><meta charset='utf-8'><title>Class report</title></head><body>"
         + "\n".join(page) + "</body></html>\n")
+
+
+def run_section(items, s) -> list[str]:
+    """How this run graded: the sandbox (or its absence), limits, per-task timings."""
+    md = ["## Grading run", ""]
+    if s.sandbox:
+        caps = sorted({(it.result or {}).get("sandbox", {}).get("memory_cap", "?") for it in items if it.result})
+        starts = [it.result["sandbox"]["start_ms"] for it in items
+                  if it.result and "start_ms" in it.result.get("sandbox", {})]
+        md.append(f"Sandbox: ON (bubblewrap: read-only system and course, no network, own PID "
+                  f"namespace, scratch-only writes; memory cap via {', '.join(caps) or 'n/a'}). "
+                  + (f"Sandbox + runner start: median {sorted(starts)[len(starts) // 2]:.0f} ms." if starts else ""))
+    else:
+        md.append("Sandbox: OFF (--no-sandbox): student code ran unisolated, as the instructor.")
+    lim = s.limits
+    md += ["", f"Limits: {lim.cell_timeout}s per cell, {lim.notebook_timeout}s per notebook, "
+           f"{lim.mem_gb:g} GB memory, {lim.max_procs} processes, {lim.output_mb:g} MB output; "
+           f"workers: {s.scheduler or s.workers}.", "",
+           "| student | notebook | task s | slowest cell s | kernel restarts | worker |", "|---|---|---|---|---|---|"]
+    for it in items:
+        r = it.result or {}
+        if not r:
+            continue
+        secs = r.get("seconds") or {}
+        md.append(f"| {it.student} | {it.assignment} | {r.get('timings', {}).get('total_s', '')} | "
+                  f"{max(secs.values()) if secs else ''} | {r.get('restarts', 0)} | {r.get('host', '')} |")
+    return md

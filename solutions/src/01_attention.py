@@ -1,3 +1,6 @@
+#| default_exp attention
+#| forbid softmax: torch.softmax F.softmax Tensor.softmax nn.Softmax
+#| forbid scaled_dot_product_attention: F.scaled_dot_product_attention
 # %% [markdown]
 # # 01 · Attention: a weighted average you can compute by hand
 #
@@ -21,7 +24,6 @@
 
 # %% [setup] setup_imports
 import math
-import warnings
 
 import matplotlib.pyplot as plt
 import torch
@@ -30,7 +32,6 @@ from tfscratch import plots
 from tfscratch.checks import attention as chk
 from tfscratch.widgets import explore
 
-warnings.filterwarnings("ignore")
 torch.manual_seed(0)
 %matplotlib inline
 
@@ -150,7 +151,7 @@ chk.check_softmax_against_torch(softmax, seed=9173, shapes=[(7, 13), (3, 5, 11),
 # `F.scaled_dot_product_attention`. Return **both** the output and the weights: the weights are
 # what we plot.
 
-# %% [solution] scaled_dot_product_attention
+# %% [solution] scaled_dot_product_attention noexport
 def scaled_dot_product_attention(q, k, v):
     """softmax(q k^T / sqrt(d_k)) v, for any leading batch axes.
 
@@ -212,7 +213,8 @@ fig = plots.attention_heatmap(weights, sentence, sentence, title="self-attention
 #
 # If the entries of $q$ and $k$ are independent with mean 0 and variance 1, then
 # $q \cdot k = \sum_{i=1}^{d_k} q_i k_i$ is a sum of $d_k$ terms of variance 1: its variance is
-# $d_k$, its typical size $\sqrt{d_k}$. Measure it:
+# $d_k$, its typical size $\sqrt{d_k}$ (the argument of Vaswani et al., 2017, "Attention Is All
+# You Need", section 3.2.1, footnote 4). Measure it:
 
 # %%
 dims = [4, 16, 64, 256, 1024]
@@ -284,6 +286,38 @@ def draw_weights(d_k=64, scale=False, temperature=1.0):
 explorer = explore(draw_weights, d_k=(1, 512, 1, 64), scale=False, temperature=(0.1, 5.0, 0.1, 1.0))
 
 # %% [markdown]
+# ## Questions to answer in your own words
+#
+# Write a few sentences in each answer cell (double-click it to edit). These answers are
+# read and graded by your instructor; the model answers are not in your notebook.
+
+# %% [markdown]
+# **Question 1.** Softmax is computed as `exp(x - max(x))` divided by its sum. Why does
+# subtracting the row maximum not change the result, and what does it prevent?
+
+# %% [answer] q_softmax_shift 1
+# ### BEGIN SOLUTION
+# For any constant $c$, $e^{x_i - c} / \sum_j e^{x_j - c} = e^{-c} e^{x_i} / (e^{-c} \sum_j
+# e^{x_j})$: the factor $e^{-c}$ cancels, so the weights are the same. With $c = \max(x)$ the
+# largest exponent is $e^0 = 1$: nothing overflows to `inf` (float32 `exp` overflows past about
+# 88), and the denominator is at least 1, so there is no `inf / inf` or `0 / 0` = NaN.
+# ### END SOLUTION
+
+# %% [markdown]
+# **Question 2.** Queries and keys have $d_k = 256$ independent entries of mean 0 and variance
+# 1. What is the typical size (standard deviation) of $q \cdot k$, and why does it hurt training
+# if the scores are not divided by $\sqrt{d_k}$?
+
+# %% [answer] q_scale_dk 1
+# ### BEGIN SOLUTION
+# $q \cdot k$ is a sum of 256 products of variance 1: variance 256, standard deviation 16.
+# Scores that differ by tens saturate softmax: one weight near 1, the rest near 0. Softmax's
+# Jacobian $\operatorname{diag}(w) - w w^\top$ is then almost 0, so almost no gradient reaches
+# the queries and keys and learning stalls. Dividing by $\sqrt{256} = 16$ brings the scores back
+# to variance 1.
+# ### END SOLUTION
+
+# %% [markdown]
 # ## 6. Mistakes worth recognising
 #
 # These appear in published tutorials and study notes; the checks above name each one.
@@ -291,11 +325,11 @@ explorer = explore(draw_weights, d_k=(1, 512, 1, 64), scale=False, temperature=(
 # | mistake | what happens |
 # | --- | --- |
 # | no max subtraction in softmax | `NaN` as soon as a score passes ~88 (float32 `exp` overflows) |
-# | one global max instead of one per row | rows with small scores underflow to 0/0 |
+# | one global max instead of one per row | a row whose scores sit ~100 or more below the global max underflows to 0/0 = `NaN` |
 # | `max` without `keepdim=True` | broadcasts against the wrong axis; silently wrong on square inputs |
 # | softmax over `dim=-2` | columns sum to 1 instead of rows: each *key* distributes its attention |
 # | no $1/\sqrt{d_k}$, or $1/d_k$ | saturated or over-flattened weights; training stalls or learns slowly |
-# | `k.T` or `k.transpose(1, 2)` | only correct for one tensor rank; wrong or crashing with heads |
+# | `k.T` or `k.transpose(1, 2)` | only correct for one tensor rank; wrong or crashing with heads (`.T` on more than 2 dims reverses *every* axis, and PyTorch warns that this is deprecated) |
 # | returning the scores as "weights" | they don't sum to 1 and are not what you plot |
 # | a misspelt variable (`socres` for `scores`) | a `NameError`, or worse a stale global used silently |
 #

@@ -1,3 +1,5 @@
+#| default_exp masks
+#| forbid scaled_dot_product_attention: F.scaled_dot_product_attention
 # %% [markdown]
 # # 02 · Masks: padding, causality, and what $-\infty$ does to softmax
 #
@@ -32,7 +34,6 @@
 
 # %% [setup] setup_imports
 import math
-import warnings
 
 import matplotlib.pyplot as plt
 import torch
@@ -43,7 +44,6 @@ from tfscratch import plots
 from tfscratch.checks import masks as chk
 from tfscratch.widgets import explore
 
-warnings.filterwarnings("ignore")
 torch.manual_seed(0)
 %matplotlib inline
 
@@ -341,7 +341,8 @@ fig = show_grid([list(w_as_is), list(w_flip)], labels,
 
 # %% [markdown]
 # Passed as it is, our mask makes PyTorch attend *only* to the padding, and the sentence with
-# no padding has no key left at all: NaN. Whenever a mask crosses into PyTorch's modules (as in
+# no padding has no key left at all: NaN (on this call, which returns the weights; notebook 03
+# shows the paths of `nn.MultiheadAttention` that return zeros there instead). Whenever a mask crosses into PyTorch's modules (as in
 # notebooks 03 and 06, where we compare with them), flip it with `~`.
 #
 # ## 4. The causal mask
@@ -778,6 +779,38 @@ explorer = explore(draw_masks, len_a=(1, 8, 1, 5), len_b=(1, 8, 1, 2), extra_pad
                    attention=["your attention", "plain softmax with -inf"])
 
 # %% [markdown]
+# ## Questions to answer in your own words
+#
+# Write a few sentences in each answer cell (double-click it to edit). These answers are
+# read and graded by your instructor; the model answers are not in your notebook.
+
+# %% [markdown]
+# **Question 1.** Why does a query row whose keys are **all** masked give NaN when the masked
+# scores are set to $-\infty$, and why is that NaN a problem even when the row belongs to a
+# padding token nobody reads?
+
+# %% [answer] q_masked_row 1
+# ### BEGIN SOLUTION
+# Every score of the row is $-\infty$, so the row maximum is $-\infty$ and $x - \max = -\infty -
+# (-\infty)$ = NaN (or, without the max, every `exp` is 0 and softmax is $0/0$). That row's
+# output is NaN. It does not stay there: in the next layer other tokens attend to that position,
+# and a weight of 0 times NaN is still NaN, so the NaN spreads to every token; the loss and the
+# gradients become NaN and one optimiser step turns every weight into NaN.
+# ### END SOLUTION
+
+# %% [markdown]
+# **Question 2.** The decoder mask is the padding mask AND the causal mask. What would a model
+# trained with OR (`|`) instead be able to see, and what would it learn?
+
+# %% [answer] q_and_not_or 1
+# ### BEGIN SOLUTION
+# With OR a key is allowed if it is a real token *or* not in the future, so every real token,
+# future ones included, is visible. During training each position could read the very token it
+# must predict: the loss drops by copying it, and the model learns nothing that works at
+# generation time, when the future tokens do not exist yet.
+# ### END SOLUTION
+
+# %% [markdown]
 # ## 9. Mistakes worth recognising
 #
 # Each of these runs without an error on some input; the checks above name every one.
@@ -789,7 +822,7 @@ explorer = explore(draw_masks, len_a=(1, 8, 1, 5), len_b=(1, 8, 1, 2), extra_pad
 # | `tokens == pad_id` as the mask | PyTorch's `key_padding_mask` meaning: attends only to padding |
 # | `(B, 1, 1, Lk)` with single-head scores | broadcasts to `(B, B, Lq, Lk)` |
 # | `triu(..., diagonal=1)` as a boolean "may attend" mask | the future is visible and the past hidden |
-# | `tril(..., diagonal=-1)` or the notes' `triu(-inf, diagonal=-1)` | a token cannot see itself; first rows NaN |
+# | `tril(..., diagonal=-1)` or the notes' `triu(-inf, diagonal=-1)` | a token cannot see itself; row 0 has no key left: NaN |
 # | `torch.full(1, L, L)` | `TypeError`: the size is one tuple |
 # | `mask[:, :L, :L]` on a 4-D buffer | slices the query axis, not the key axis; fails only for short inputs |
 # | mask created without `device=` | works on the CPU, fails next to GPU scores |

@@ -1,3 +1,5 @@
+#| default_exp multihead
+#| forbid MultiHeadAttention: nn.MultiheadAttention F.multi_head_attention_forward F.scaled_dot_product_attention
 # %% [markdown]
 # # 03 · Multi-head attention: several small attentions side by side
 #
@@ -31,7 +33,6 @@
 import math
 import os
 import time
-import warnings
 
 import matplotlib.pyplot as plt
 import torch
@@ -45,7 +46,6 @@ from tfscratch.fallback import pick
 from tfscratch.reference import make_causal_mask, make_decoder_mask, make_padding_mask
 from tfscratch.widgets import explore
 
-warnings.filterwarnings("ignore")
 torch.manual_seed(0)
 %matplotlib inline
 
@@ -463,9 +463,9 @@ print("cross-attention, padding mask: max |ours - torch| =",
 # Agreement to about $10^{-7}$, the rounding noise of float32. One place where the two
 # *deliberately* differ: a query whose keys are **all** masked. Below the first target token is
 # padding, so with the decoder mask (causal AND key padding) query 0 may look at nothing.
-# PyTorch returns NaN for that row; ours stays finite (uniform weights over the blocked keys,
-# harmless because such a row is padding whose output nobody uses). The checks compare only the
-# rows PyTorch can compute.
+# PyTorch returns NaN for that row on the call below; ours stays finite (uniform weights over
+# the blocked keys, harmless because such a row is padding whose output nobody uses). The checks
+# compare only the rows PyTorch can compute.
 
 # %%
 tgt_tokens = torch.tensor([[0, 4, 5, 6, 2], [3, 4, 5, 6, 2]])  # sentence 0 starts with a pad
@@ -477,6 +477,36 @@ print("PyTorch, sentence 0, query 0:", theirs[0, 0, :4])
 print("ours,    sentence 0, query 0:", ours[0, 0, :4].detach())
 rows = torch.isfinite(theirs).all(-1)  # compare the rows PyTorch can compute
 print("max |ours - torch| on the other rows:", f"{(ours - theirs)[rows].abs().max().item():.2e}")
+
+# %% [markdown]
+# Whether PyTorch gives NaN depends on the path it takes (measured with PyTorch 2.13, CPU; the
+# cell below checks it on your installation):
+#
+# | `nn.MultiheadAttention` call | fully masked row |
+# | --- | --- |
+# | `need_weights=True` (the default), any mode | NaN (it computes the softmax itself) |
+# | `need_weights=False`, training mode or gradients on | finite: the attention part is 0 and the row is `out_proj`'s bias (it calls `F.scaled_dot_product_attention`, which returns 0 for such a row) |
+# | `need_weights=False` in `eval()` under `torch.no_grad()` (the "fast path", `torch._native_multi_head_attention`) | NaN |
+#
+# The fast path's conditions are listed in the docstring of `nn.MultiheadAttention.forward`
+# (PyTorch docs, *torch.nn.MultiheadAttention*). So a model can be finite in training and NaN
+# in evaluation: one more reason to keep fully masked rows finite yourself.
+
+# %%
+def query0(need_weights, training, grad):
+    """PyTorch's output for sentence 0, query 0 (every key masked) on one path."""
+    was = ref.training
+    ref.train(training)
+    with torch.set_grad_enabled(grad):
+        out, _ = ref(tgt, tgt, tgt, attn_mask=torch_mask, need_weights=need_weights)
+    ref.train(was)
+    row = out[0, 0].detach()
+    return "NaN" if row.isnan().any() else f"finite, max |value| {row.abs().max().item():.2f}"
+
+for need_weights, training, grad in [(True, False, False), (False, True, True),
+                                     (False, False, True), (False, False, False)]:
+    print(f"need_weights={need_weights!s:5} training={training!s:5} grad={grad!s:5} ->",
+          query0(need_weights, training, grad))
 
 # %% [markdown]
 # ## 8. The loop over heads, and the Python-list bug
@@ -528,7 +558,7 @@ print("loop over heads == one batched computation:",
 
 # %% [markdown]
 # Equal, but slower: $h$ small matrix products per projection instead of one big one, and a
-# Python loop around them. Timing forward + backward (median of a few runs) at a moderate size:
+# Python loop around them. Timing forward + backward (the best of 10 runs) at a moderate size:
 
 # %%
 def time_fwd_bwd(modules, x, repeats=10):
@@ -749,6 +779,40 @@ fig.axes[0].axvline(2 * d_cost, color="gray", ls="--")
 for h in (8, 64):
     print(f"attention maps at L=2048 with {h:2d} heads: {h * 2048 ** 2 * 4 / 2 ** 20:6.0f} MiB "
           "per sequence (float32)")
+
+# %% [markdown]
+# ## Questions to answer in your own words
+#
+# Write a few sentences in each answer cell (double-click it to edit). These answers are
+# read and graded by your instructor; the model answers are not in your notebook.
+
+# %% [markdown]
+# **Question 1.** In cross-attention the queries come from the target ($L_q$ tokens) and the
+# keys and values from the source. Which lengths must agree, and what would break if K and V had
+# different lengths?
+
+# %% [answer] q_kv_lengths 1
+# ### BEGIN SOLUTION
+# $L_q$ may differ from the others, but K and V must have the same length $L_k$: the weights
+# have shape `(B, H, Lq, Lk)`, one per key, and `weights @ v` averages the value *of the same
+# token* as each key, so it needs `v` of shape `(B, H, Lk, D_h)`. With different lengths the
+# matrix product fails with a shape error (or, if the code forced the shapes to fit, each weight
+# would be applied to another token's value).
+# ### END SOLUTION
+
+# %% [markdown]
+# **Question 2.** Compare one attention head of size 512 with 8 heads of size 64 (the same
+# `d_model = 512`): parameters, computation, and what the 8 heads can represent that the single
+# head cannot.
+
+# %% [answer] q_heads 1
+# ### BEGIN SOLUTION
+# The projections $W_q, W_k, W_v, W_o$ are the same four $512 \times 512$ matrices either way,
+# and the score and averaging work is the same in total ($8 \times L^2 \times 64 = L^2 \times
+# 512$). The difference is that 8 heads compute 8 separate softmax distributions per query: each
+# head can attend to different positions (for example the previous token in one head and a
+# related word in another), while a single head can only form one weighted average per query.
+# ### END SOLUTION
 
 # %% [markdown]
 # ## 11. Mistakes worth recognising

@@ -1,3 +1,7 @@
+#| default_exp norm
+#| forbid layer_norm,LayerNorm: F.layer_norm nn.LayerNorm torch.layer_norm F.rms_norm
+#| forbid batch_norm,BatchNorm: F.batch_norm nn.BatchNorm1d torch.batch_norm
+#| forbid rms_norm: F.rms_norm nn.RMSNorm
 # %% [markdown]
 # # 04 · Normalisation: LayerNorm versus BatchNorm
 #
@@ -30,7 +34,6 @@
 
 # %% [setup] setup_imports
 import math
-import warnings
 
 import matplotlib.pyplot as plt
 import torch
@@ -41,7 +44,6 @@ from tfscratch import plots
 from tfscratch.checks import norm as chk
 from tfscratch.widgets import explore
 
-warnings.filterwarnings("ignore")
 torch.manual_seed(0)
 %matplotlib inline
 
@@ -656,7 +658,12 @@ print("a batch of ONE token in train mode ->", batch_norm(single_token, None, No
 # BatchNorm's error falls like $1/\sqrt{B}$ and is large for small batches (at B = 1 the
 # sentence is normalised by its own 6 tokens); LayerNorm's output never changes. With a batch of a single token there is nothing left to normalise:
 # every value *is* the batch mean, so the output is all zeros (PyTorch raises an error
-# instead). Generating text one token at a time (notebook 08) is exactly that situation.
+# instead). That is a *training* problem: in eval mode BatchNorm normalises with its running
+# statistics, so generating one token at a time (notebook 08) with a trained model is not
+# itself the trouble. What does hurt a language model is that those running statistics were
+# estimated over padded batches (section 6.1), that training normalises with each batch's own
+# noisy statistics while evaluation uses the running ones (section 6.3 below), and that during
+# training every token's output depends on which other sentences share its batch.
 #
 # ### 6.3 The train/eval gap
 #
@@ -744,13 +751,14 @@ explorer = explore(draw_padding, batch_size=(1, 64, 1, 8), pad_fraction=(0.0, 0.
 # | --- | --- | --- |
 # | statistics over | each feature, across the batch (and positions) | each token, across its features |
 # | a token's output depends on | every other token in the batch, padding included | that token only |
-# | batch of one / one token at a time | noisy, or all zeros (PyTorch: an error) | fine |
-# | train vs eval | different computations, running statistics, warm-up | identical |
-# | sequences longer at test time | statistics never saw those positions' distribution | fine |
+# | padded batches | padding enters the statistics (6.1) | padding never touches a real token |
+# | small batches in training | noisy statistics; a single value per feature gives all zeros (PyTorch: an error) (6.2) | fine |
+# | train vs eval | different computations, running statistics, warm-up (6.3) | identical |
 # | state to keep | `running_mean`, `running_var` | none |
 #
-# Text batches are small, padded and variable in length, and models generate one token at a
-# time: every row of the table favours LayerNorm. BatchNorm remains a good choice where
+# Text batches are often small, padded and variable in length: every row of the table favours
+# LayerNorm. (Shen et al., 2020, "PowerNorm: Rethinking Batch Normalization in Transformers",
+# measure how much more the batch statistics fluctuate on text than on images.) BatchNorm remains a good choice where
 # batches are large and fixed-size, as in image CNNs, where it was invented.
 #
 # ## 8. RMSNorm
@@ -769,9 +777,11 @@ explorer = explore(draw_padding, batch_size=(1, 64, 1, 8), pad_fraction=(0.0, 0.
 # ### Exercise 5: `rms_norm`
 #
 # Over the last axis, `eps` inside the root, `weight` `(D,)` or `None`, no bias. The default
-# `eps=1e-6` is what LLaMA uses. You may not call `F.rms_norm` or `nn.RMSNorm`.
+# `eps=1e-6` is the one of the first LLaMA models (`norm_eps` in their released `params.json`)
+# and of Hugging Face's `LlamaConfig` (`rms_norm_eps`); Llama 2 and 3 ship with `1e-5`. Always
+# take `eps` from the checkpoint you load. You may not call `F.rms_norm` or `nn.RMSNorm`.
 
-# %% [solution] rms_norm
+# %% [solution] rms_norm noexport
 def rms_norm(x, weight=None, eps=1e-6):
     """Root-mean-square normalisation over the last axis, like F.rms_norm(x, (D,), weight, eps).
 
@@ -809,6 +819,40 @@ print("your rms_norm vs nn.RMSNorm:",
       (rms_norm(z[:4]) - nn.RMSNorm(64, eps=1e-6)(z[:4])).abs().max().item())
 
 # %% [markdown]
+# ## Questions to answer in your own words
+#
+# Write a few sentences in each answer cell (double-click it to edit). These answers are
+# read and graded by your instructor; the model answers are not in your notebook.
+
+# %% [markdown]
+# **Question 1.** A batch holds our 6-token sentence and other sentences padded with zeros. When
+# the amount of padding in the batch changes, whose outputs for our sentence change in training
+# mode: BatchNorm's or LayerNorm's? Why?
+
+# %% [answer] q_padding_bn 1
+# ### BEGIN SOLUTION
+# BatchNorm's. It normalises each feature with a mean and variance taken over every position of
+# every sentence in the batch, padding included, so more padding pulls the statistics towards
+# the padding's values and our unchanged sentence is normalised differently. LayerNorm takes its
+# statistics over the features of one token, so our tokens' outputs do not depend on the rest of
+# the batch at all.
+# ### END SOLUTION
+
+# %% [markdown]
+# **Question 2.** Why does `eps` go **inside** the square root, $\sqrt{\sigma^2 + \epsilon}$,
+# and what happens to a nearly constant token (variance about $10^{-8}$) when it is added to the
+# standard deviation instead?
+
+# %% [answer] q_eps_inside 1
+# ### BEGIN SOLUTION
+# Inside the root, a token with $\sigma^2 \approx 0$ is divided by about $\sqrt{\epsilon}
+# \approx 3 \cdot 10^{-3}$ and its centred values are tiny, so its output stays near 0: that is
+# what `nn.LayerNorm` computes. With $\sigma + \epsilon$ the denominator is about $10^{-4} +
+# 10^{-5}$, so the tiny deviations (noise) are blown up to unit size; the result differs from
+# PyTorch's and weights trained one way do not fit the other.
+# ### END SOLUTION
+
+# %% [markdown]
 # ## 9. Mistakes worth recognising
 #
 # The checks above name each of these; most come from real tutorials and study notes.
@@ -823,9 +867,9 @@ print("your rms_norm vs nn.RMSNorm:",
 # | `torch.ones(d)` without `nn.Parameter` | the scale is never trained |
 # | BatchNorm on `(B, L, D)` with `x.mean(0)` | one statistic per position instead of per feature |
 # | `running_mean = (1 - m) * running_mean + m * mean` in a function | the caller's buffer never changes |
-# | `m * running + (1 - m) * batch` | momentum reversed: the running average barely moves |
+# | `m * running + (1 - m) * batch` | momentum reversed: with $m = 0.1$ the batch gets weight 0.9, so the "running" average jumps to each batch's statistics |
 # | `running_var` updated with the biased variance | eval-mode outputs too large by $\sqrt{n/(n-1)}$ |
-# | running statistics updated without `no_grad`/`detach` | they join the autograd graph; the next `backward` fails |
+# | running statistics updated without `no_grad`/`detach` | the buffers join the autograd graph (`running_mean.requires_grad` becomes `True`); any later `backward` through them, e.g. from an eval-mode output, fails with "Trying to backward through the graph a second time" |
 # | batch statistics in eval mode (ignoring `self.training`) | predictions depend on the rest of the batch |
 # | running statistics as `nn.Parameter` | the optimizer "trains" them |
 # | `E[x^2] - E[x]^2` for the variance | catastrophic cancellation in float32 when the mean is large |

@@ -1,3 +1,4 @@
+#| default_exp positional
 # %% [markdown]
 # # 05 · Positional encoding: telling attention where each token is
 #
@@ -22,7 +23,6 @@
 # %% [setup] setup_imports
 import copy
 import math
-import warnings
 
 import matplotlib.pyplot as plt
 import torch
@@ -35,7 +35,6 @@ from tfscratch.fallback import pick
 from tfscratch.reference import MultiHeadAttention
 from tfscratch.widgets import explore
 
-warnings.filterwarnings("ignore")
 torch.manual_seed(0)
 %matplotlib inline
 
@@ -562,12 +561,14 @@ for cls in (AsParameter, AsAttribute, AsBuffer):
 #
 # - in `__init__`, build the table with your `sinusoidal_positional_encoding(max_len, d_model)`
 #   and register it as the buffer `pe`, shape `(max_len, d_model)` (or `(1, max_len, d_model)`,
-#   both accepted); keep an `nn.Dropout(dropout)`;
+#   or PyTorch tutorial's sequence-first `(max_len, 1, d_model)` transposed for batch-first
+#   input: the tests compare the values added, not the layout); keep an `nn.Dropout(dropout)`;
 # - `forward(x)` takes `x` of shape `(B, L, d_model)` (batch first) and returns
 #   `dropout(x + pe[:L])`, same shape: the first `L` rows, sliced on the **sequence** axis
 #   (`L = x.size(1)`), broadcast over the batch;
-# - when `L > max_len`, raise a `ValueError` whose message mentions `max_len` (there is no row
-#   for the extra positions; a broadcasting error about "size of tensor a" helps nobody);
+# - when `L > max_len`, raise an error: there is no row for the extra positions. Any exception
+#   passes the test, but a `ValueError` whose message mentions `max_len` helps the reader far
+#   more than a broadcasting error about "size of tensor a";
 # - do not scale `x` here (the $\sqrt{d_{model}}$ factor belongs to the embedding, section 6),
 #   and do not modify `x` in place.
 
@@ -610,6 +611,9 @@ chk.check_pe_module_batch_invariance(PositionalEncoding)
 
 # %% [test] test_PositionalEncoding_max_len 1
 chk.check_pe_module_max_len(PositionalEncoding)
+### BEGIN HIDDEN TESTS
+chk.check_pe_module_max_len(PositionalEncoding, d=4, max_len=3)
+### END HIDDEN TESTS
 
 # %% [test] test_PositionalEncoding_dropout 1
 chk.check_pe_module_dropout(PositionalEncoding)
@@ -621,7 +625,6 @@ chk.check_pe_module_random(PositionalEncoding, seed=808,
                            cases=[(2, 5, 3, 5, 0.0), (48, 100, 1, 37, 0.3), (10, 7, 7, 7, 0.1),
                                   (126, 1000, 4, 64, 0.0), (64, 5000, 2, 3, 0.5)])
 chk.check_pe_module_batch_invariance(PositionalEncoding, d=12, L=5, max_len=9, batches=(5, 1, 2, 8))
-chk.check_pe_module_max_len(PositionalEncoding, d=4, max_len=3)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -769,7 +772,42 @@ fig.colorbar(im, ax=axes, shrink=0.85)
 # position; the sinusoidal table has it from the start. Newer models mostly use neither:
 # rotary embeddings (section 4) or biases added to the attention scores by distance (ALiBi)
 # put *relative* position straight into the score.
+
+# %% [markdown]
+# ## Questions to answer in your own words
 #
+# Write a few sentences in each answer cell (double-click it to edit). These answers are
+# read and graded by your instructor; the model answers are not in your notebook.
+
+# %% [markdown]
+# **Question 1.** Without positional encodings, what happens to the outputs of self-attention
+# when the input tokens are shuffled, and why is that a problem for language?
+
+# %% [answer] q_permutation 1
+# ### BEGIN SOLUTION
+# Self-attention is permutation-equivariant: shuffling the inputs shuffles the outputs in the
+# same way and leaves each token's output unchanged, because every token attends to the same set
+# of keys and values whatever their order. The model sees a bag of words: "dog bites man" and
+# "man bites dog" give the same representation for each word, although they mean different
+# things.
+# ### END SOLUTION
+
+# %% [markdown]
+# **Question 2.** Why can $PE(pos + k)$ be written as a fixed matrix times $PE(pos)$, the same
+# matrix for every position, and why does that help attention?
+
+# %% [answer] q_shift_matrix 1
+# ### BEGIN SOLUTION
+# Each pair of features is $(\sin \omega p, \cos \omega p)$ for one frequency $\omega$. Moving
+# from $p$ to $p + k$ adds the angle $\omega k$, which is a rotation of the pair by $\omega k$:
+# by the angle-addition formulas it depends on $k$ only, not on $p$. Stacking one $2 \times 2$
+# rotation per pair gives a block-diagonal matrix $M_k$ with $PE(p + k) = M_k PE(p)$. Because
+# the relative offset is a linear map, the linear projections and dot products of attention can
+# learn to attend by relative position ("the previous token") the same way everywhere in the
+# sequence.
+# ### END SOLUTION
+
+# %% [markdown]
 # ## 8. Mistakes worth recognising
 #
 # Each of these appears in tutorials or study notes; the checks above name every one.
@@ -780,7 +818,7 @@ fig.colorbar(im, ax=axes, shrink=0.85)
 # | exponent `i/d` instead of `2i/d` | the slowest pair repeats after $2\pi\sqrt{\text{base}}$ positions instead of almost $2\pi \cdot \text{base}$ |
 # | every column its own frequency (`arange(d)` instead of pairs) | sin and cos of a pair no longer match: the shift is no longer a rotation |
 # | `base ** (2i/d)` multiplied instead of divided | frequencies explode; neighbouring positions look random |
-# | `2 * i // d_model` (integer division) | every frequency is 1: the code repeats every 6 positions |
+# | `2 * i // d_model` (integer division) | every frequency is 1: the code repeats every $2\pi \approx 6.3$ positions |
 # | `math.log10` in the exp/log form | a different base in disguise |
 # | `[sin \| cos]` halves instead of interleaving | another layout: fine for a new model, but not the standard table |
 # | hard-coded 10000, `base` ignored | the notes' example: formula with 10000, code with 100 |

@@ -1,3 +1,5 @@
+#| default_exp blocks
+#| forbid FeedForward,EncoderLayer,DecoderLayer,Encoder,Decoder: nn.Transformer*
 # %% [markdown]
 # # 06 · Blocks: feed-forward networks, residuals, encoder and decoder layers
 #
@@ -30,7 +32,6 @@
 # %% [setup] setup_imports
 import math
 import os
-import warnings
 
 import matplotlib.pyplot as plt
 import torch
@@ -45,7 +46,6 @@ from tfscratch.fallback import pick
 from tfscratch.reference import MultiHeadAttention, make_causal_mask, make_padding_mask
 from tfscratch.widgets import explore
 
-warnings.filterwarnings("ignore")
 torch.manual_seed(0)
 %matplotlib inline
 
@@ -866,14 +866,48 @@ for norm_first in (False, True):
 # Differences of order $10^{-7}$, float32 rounding, for every layer, both stacks and both norm
 # placements. From now on, `tfscratch.reference` offers these same blocks, and notebook 07
 # builds the full Transformer from them.
+
+# %% [markdown]
+# ## Questions to answer in your own words
 #
+# Write a few sentences in each answer cell (double-click it to edit). These answers are
+# read and graded by your instructor; the model answers are not in your notebook.
+
+# %% [markdown]
+# **Question 1.** Why does a deep stack of layers without residual connections train badly, and
+# how does $x + F(x)$ fix it?
+
+# %% [answer] q_residual 1
+# ### BEGIN SOLUTION
+# Without residuals the gradient at the first layer is a product of one Jacobian per layer; if
+# they shrink (or grow) the signal a little each, the product vanishes (or explodes)
+# exponentially with depth, so the first layers barely learn. With $x + F(x)$ each step's
+# Jacobian is $I + \partial F / \partial x$: the identity gives the gradient a direct path from
+# the loss to every layer, whatever $F$ does.
+# ### END SOLUTION
+
+# %% [markdown]
+# **Question 2.** Where does the LayerNorm sit in post-norm and in pre-norm layers, and why does
+# a pre-norm stack need one more LayerNorm at its end?
+
+# %% [answer] q_prenorm_final 1
+# ### BEGIN SOLUTION
+# Post-norm: `x = norm(x + sublayer(x))`, the residual stream is normalised after every
+# sub-layer. Pre-norm: `x = x + sublayer(norm(x))`, only the sub-layer's input is normalised and
+# the residual stream itself never is: it is the sum of all sub-layers' outputs and grows with
+# depth. A final LayerNorm normalises it once before the output layer (or before the decoder
+# reads it as memory).
+# ### END SOLUTION
+
+# %% [markdown]
 # ## 10. Mistakes worth recognising
 #
 # | mistake | what happens |
 # | --- | --- |
 # | second FFN layer `nn.Linear(d_model, d_ff)` (study notes) | shape error as soon as `d_ff != d_model`; silent when they are equal |
 # | no ReLU between the FFN's layers | the two layers collapse into one linear map |
-# | ReLU (or dropout) after the FFN's last layer | the output can no longer go negative / is zeroed before the residual |
+# | ReLU after the FFN's last layer | the sub-layer's output can no longer go negative: the residual stream can only grow |
+# | dropout on the FFN's output *and* again on the sub-layer's output (`x + dropout(ff(x))` with an `ff` that already ends in dropout) | the same values dropped twice: with $p = 0.1$, 19% zeroed instead of 10% and the survivors scaled by $1/0.81$; training no longer matches `nn.TransformerEncoderLayer` (eval mode hides it) |
 # | no residual, `x = sublayer(x)` | the gradient at the first layer vanishes exponentially with depth |
 # | one LayerNorm shared by the sub-layers (study notes) | runs and trains, but a different model; PyTorch's weights do not fit |
 # | `norm_first` ignored (always pre-norm, like the study notes) | not the paper's layer; `norm_first=False` disagrees with PyTorch |

@@ -1,3 +1,6 @@
+#| default_exp transformer
+#| forbid Transformer,teacher_forcing_loss,greedy_decode: nn.Transformer*
+#| forbid label_smoothing_cross_entropy: F.cross_entropy nn.CrossEntropyLoss
 # %% [markdown]
 # # 07 · The Transformer: the whole model, trained and looked inside
 #
@@ -10,9 +13,10 @@
 # 2. embeddings scaled by $\sqrt{d_\text{model}}$, weight initialisation, and the whole model
 #    (**exercise 1: `Transformer`**), checked against `nn.Transformer`;
 # 3. teacher forcing, and why the decoder must be fed the *shifted target*
-#    (**exercise 2: `teacher_forcing_loss`**);
+#    (**exercise 2: `teacher_forcing_loss`**), and label smoothing
+#    (**exercise 3: `label_smoothing_cross_entropy`**), which the training uses;
 # 4. training with Adam and the paper's warm-up schedule, with a progress bar and a loss curve;
-# 5. greedy decoding (**exercise 3: `greedy_decode`**) and beam search;
+# 5. greedy decoding (**exercise 4: `greedy_decode`**) and beam search;
 # 6. cross-attention and self-attention of the trained model, and an explorer;
 # 7. saving and loading a checkpoint.
 #
@@ -28,7 +32,6 @@ import math
 import os
 import tempfile
 import time
-import warnings
 
 import matplotlib.pyplot as plt
 import torch
@@ -45,7 +48,6 @@ from tfscratch.reference import (Decoder, Encoder, PositionalEncoding, make_caus
                                  sinusoidal_positional_encoding)
 from tfscratch.widgets import explore
 
-warnings.filterwarnings("ignore")
 torch.manual_seed(0)
 %matplotlib inline
 
@@ -136,6 +138,9 @@ fig = plots.curves(d_models, {"embedding entries (Xavier)": raw,
                               "positional encoding entries": pe_rms},
                    xlabel="d_model", ylabel="typical size (RMS)", logy=True, markers=True,
                    title=f"token signal vs position signal (vocabulary of {V})")
+default = nn.Embedding(V, 64).weight.detach()  # PyTorch's default init: N(0, 1) entries
+ratio = rms(default) * math.sqrt(64) / rms(sinusoidal_positional_encoding(64, 64))
+print(f"d_model=64, default N(0, 1) embeddings x sqrt(64): {ratio:.1f}x the positional encoding")
 
 # %% [markdown]
 # Two more decisions that the exercise fixes:
@@ -446,6 +451,134 @@ chk.check_loss_padding(teacher_forcing_loss, seed=77, pad_id=7)
 chk.check_loss_gradient(teacher_forcing_loss)
 
 # %% [markdown]
+# ### Label smoothing: don't ask for certainty
+#
+# Cross-entropy against a one-hot label, $-\log p_y$, only reaches its minimum when the model
+# puts probability 1 on the right token, which needs infinitely large logit gaps: the model is
+# pushed to be ever more confident, right or wrong. The paper (section 5.4) trains instead
+# against a **smoothed target** with $\varepsilon_{ls} = 0.1$: keep $1 - \varepsilon$ on the true
+# token and spread $\varepsilon$ uniformly over all $V$ tokens,
+#
+# $$q_c = (1 - \varepsilon)\,[c = y] + \frac{\varepsilon}{V}, \qquad
+# \text{loss} = -\sum_c q_c \log p_c = (1 - \varepsilon)\,(-\log p_y) + \varepsilon \cdot \frac{1}{V}\sum_c (-\log p_c).$$
+#
+# The second term is the cross-entropy against the uniform distribution: it grows when any token's
+# probability goes to 0, so the best the model can do is $p_y = 1 - \varepsilon + \varepsilon / V$,
+# not 1. This is exactly what `F.cross_entropy(..., label_smoothing=ε)` computes (PyTorch's
+# uniform part includes the true class, as above; some implementations, the Annotated
+# Transformer's among them, spread $\varepsilon$ over the other classes only, or minimise the KL
+# divergence, which differs from the cross-entropy by a constant).
+
+# %%
+eps = 0.1
+y = s2s.STOI["7"]
+target = (1 - eps) * F.one_hot(torch.tensor(y), V).float() + eps / V  # (V,)
+p_true = torch.linspace(0.05, 0.999, 300)
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 3.4))
+ax1.bar(range(V), F.one_hot(torch.tensor(y), V).float(), color="lightgray", label="one-hot")
+ax1.bar(range(V), target, width=0.5, color="tab:blue", label=f"smoothed, ε={eps}")
+ax1.set_xticks(range(V), s2s.VOCAB, rotation=90, fontsize=7)
+ax1.set(ylabel="target probability", title=f"the target for the token '7' (V = {V})")
+ax1.legend()
+for e in (0.0, 0.1, 0.2):
+    rest = (1 - p_true) / (V - 1)  # the other tokens share what is left equally
+    loss = -((1 - e + e / V) * p_true.log() + (e / V) * (V - 1) * rest.log())
+    best = 1 - e + e / V
+    ax2.plot(p_true, loss, label=f"ε={e}: best p = {best:.3f}")
+    ax2.axvline(best, ls=":", color=ax2.lines[-1].get_color())
+ax2.set(xlabel="probability the model gives the true token", ylabel="loss",
+        title="the loss against the model's confidence", ylim=(0, 3.5))
+ax2.legend()
+fig.tight_layout()
+
+# %% [markdown]
+# Without smoothing the loss keeps falling all the way to $p = 1$; with it, the loss has a
+# minimum below 1, and more confidence is penalised. The argmax, which is all greedy decoding
+# uses, is unchanged: accuracy does not suffer, and the paper found it helped BLEU (while
+# perplexity gets worse, since the model is deliberately less sure).
+#
+# ### Exercise 3: `label_smoothing_cross_entropy`
+#
+# `label_smoothing_cross_entropy(logits, target, smoothing=0.0, ignore_index=-100)`:
+#
+# - `logits` is `(N, V)` or `(B, L, V)` (raw scores, classes on the **last** axis), `target`
+#   the class ids of matching shape `(N,)` or `(B, L)`;
+# - the loss of a position is $(1 - \varepsilon)(-\log p_y) + \varepsilon \cdot \operatorname{mean}_c(-\log p_c)$
+#   with $\log p$ = `torch.log_softmax(logits, dim=-1)` (stable; `log(softmax(...))` is not);
+# - positions whose target equals `ignore_index` do not count; return the **mean over the
+#   others**, a 0-D tensor. `ignore_index` need not be a class id (the default `-100` is not):
+#   don't index with it.
+#
+# The result must equal `F.cross_entropy(logits.reshape(-1, V), target.reshape(-1),
+# label_smoothing=smoothing, ignore_index=ignore_index)`; calling `F.cross_entropy` or
+# `nn.CrossEntropyLoss` here is not allowed (the checks notice). `log_softmax`, `gather` and
+# `F.nll_loss` are fine.
+
+# %% [solution] label_smoothing_cross_entropy
+def label_smoothing_cross_entropy(logits, target, smoothing=0.0, ignore_index=-100):
+    """Cross-entropy against the smoothed target (1 - smoothing) * one_hot + smoothing / V,
+    averaged over the positions whose target is not ignore_index.
+
+    logits: (N, V) or (B, L, V); target: (N,) or (B, L) class ids. Returns a 0-D tensor, equal
+    to F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=ignore_index).
+    """
+    ### BEGIN SOLUTION
+    V = logits.size(-1)
+    logp = torch.log_softmax(logits.reshape(-1, V), dim=-1)  # (N, V), stable
+    target = target.reshape(-1)  # (N,)
+    keep = target != ignore_index  # (N,): the positions that count
+    safe = target.masked_fill(~keep, 0)  # a valid index where ignored; those rows are dropped
+    nll = -logp.gather(1, safe[:, None]).squeeze(1)  # (N,): -log p(true class)
+    uniform = -logp.mean(dim=-1)  # (N,): cross-entropy against the uniform distribution 1/V
+    loss = (1 - smoothing) * nll + smoothing * uniform  # (N,)
+    return loss[keep].mean()
+    ### END SOLUTION
+
+# %% [test] test_label_smoothing_cross_entropy_value 2
+chk.check_ls_value(label_smoothing_cross_entropy)
+### BEGIN HIDDEN TESTS
+chk.check_ls_value(label_smoothing_cross_entropy, seed=1717,
+                   cases=[((20,), 13, 0.1, 5), ((3, 7), 4, 0.5, 1), ((2, 2), 30, 0.05, 29)])
+### END HIDDEN TESTS
+
+# %% [test] test_label_smoothing_cross_entropy_ignore 2
+chk.check_ls_ignore(label_smoothing_cross_entropy)
+
+# %% [test] test_label_smoothing_cross_entropy_shapes 1
+chk.check_ls_shapes(label_smoothing_cross_entropy)
+
+# %% [test] test_label_smoothing_cross_entropy_stable 1
+chk.check_ls_stable(label_smoothing_cross_entropy)
+
+# %% [test] test_label_smoothing_cross_entropy_gradient 1
+chk.check_ls_gradient(label_smoothing_cross_entropy)
+
+# %% [test] test_label_smoothing_cross_entropy_random 1
+chk.check_ls_against_torch(label_smoothing_cross_entropy)
+### BEGIN HIDDEN TESTS
+chk.check_ls_against_torch(label_smoothing_cross_entropy, seed=5150,
+                           cases=[((4, 9), 17, 0.2, -100, 6), ((33,), 3, 0.9, 2, 4), ((1, 5), 28, 0.0, 0, 2),
+                                  ((2, 3), 6, 1.0, -1, 1)])
+chk.check_ls_against_torch(label_smoothing_cross_entropy, seed=77, dtype=torch.float64,
+                           cases=[((5, 4), 11, 0.15, 0, 3)])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The training below uses it: the same teacher-forced logits and labels as your
+# `teacher_forcing_loss`, with $\varepsilon = 0.1$ as in the paper.
+
+# %%
+def smoothed_loss(model, src, tgt, smoothing=s2s.LABEL_SMOOTHING):
+    """teacher_forcing_loss with label smoothing: what section 5 trains with."""
+    logits = model(src, tgt[:, :-1])  # (B, Lt-1, V): input is the target shifted right
+    return smoothing_fn(logits, tgt[:, 1:], smoothing, model.pad_id)
+
+
+smoothing_fn = pick("label_smoothing_cross_entropy", lambda: label_smoothing_cross_entropy,
+                    lambda: R.label_smoothing_cross_entropy,
+                    check=lambda f: f(torch.randn(3, V), torch.tensor([1, 2, 0]), 0.1, 0))
+
+# %% [markdown]
 # ## 5. Training: Adam and the warm-up schedule
 #
 # The paper trains with Adam ($\beta_1 = 0.9$, $\beta_2 = 0.98$, $\epsilon = 10^{-9}$) and a
@@ -468,12 +601,15 @@ fig = plots.curves(steps_axis, {f"warmup={w}": [s2s.noam_lr(s, 64, w, 0.2) for s
                    title="warm-up schedule, d_model=64, factor=0.2 (ours: warmup=100)")
 
 # %% [markdown]
-# Now the real run: your `Transformer`, your `teacher_forcing_loss`, 2 layers, $d_\text{model}=64$,
+# Now the real run: your `Transformer` and the teacher-forced loss with your label smoothing
+# ($\varepsilon = 0.1$, `smoothed_loss` above), 2 layers, $d_\text{model}=64$,
 # 4 heads, about 170 000 parameters, 450 steps of 128 pairs. `s2s.train` is an ordinary loop
 # (sample a batch, loss, `backward`, clip the gradient norm at 1, `step` the optimizer and the
-# schedule) with a `tqdm` progress bar. It stops early after 55 s on a very slow machine.
-# (When the notebook is autograded it only takes a few steps, so the figures below then show
-# an untrained model.)
+# schedule) with a `tqdm` progress bar. Every 25 steps it also measures the loss on 500
+# held-out pairs (dates the model never trains on), in eval mode: the **validation loss**. Its
+# gap to the training loss is what tells learning from memorising. It stops early after 55 s on
+# a very slow machine. (When the notebook is autograded it only takes a few steps, shows no
+# progress bar, and the figures below then show an untrained model.)
 
 # %%
 print("model:", s2s.MODEL_CONFIG, "\ntraining:", s2s.TRAIN_CONFIG)
@@ -481,11 +617,10 @@ torch.manual_seed(0)
 probe = train_set.batch(torch.arange(4))  # a tiny batch to see whether your code runs yet
 model = pick("Transformer", lambda: Transformer(**s2s.MODEL_CONFIG),
              lambda: R.Transformer(**s2s.MODEL_CONFIG), check=lambda m: m(*probe))
-loss_fn = pick("teacher_forcing_loss", lambda: teacher_forcing_loss,
-               lambda: R.teacher_forcing_loss, check=lambda f: f(model, *probe))
+loss_fn = smoothed_loss  # teacher forcing + label smoothing 0.1
 steps = 10 if AUTOGRADE else s2s.TRAIN_CONFIG["steps"]
-result = s2s.train(model, train_set, loss_fn,
-                   **dict(s2s.TRAIN_CONFIG, steps=steps), time_limit=55, seed=0)
+result = s2s.train(model, train_set, loss_fn, **dict(s2s.TRAIN_CONFIG, steps=steps),
+                   val_data=test_set, val_every=25, time_limit=55, seed=0)
 print(f"{result.steps} steps in {result.seconds:.1f} s, "
       f"{1000 * result.seconds / result.steps:.0f} ms per step; last loss {result.losses[-1]:.4f}")
 
@@ -496,12 +631,40 @@ window = 20
 smooth = [sum(result.losses[max(0, i - window + 1): i + 1]) / len(result.losses[max(0, i - window + 1): i + 1])
           for i in range(result.steps)]
 ax1.plot(range(1, result.steps + 1), smooth, lw=2, label=f"mean of the last {window}")
-ax1.set(yscale="log", xlabel="step", ylabel="cross-entropy (nats per token)", title="training loss")
+ax1.plot(result.val_steps, result.val_losses, "o-", ms=3, lw=1.5, label="validation (held-out dates)")
+q = torch.full((V,), s2s.LABEL_SMOOTHING / V)
+q[0] += 1 - s2s.LABEL_SMOOTHING
+floor = -(q * q.log()).sum().item()  # entropy of the smoothed target: the lowest possible loss
+ax1.axhline(floor, color="k", ls="--", lw=1, label=f"lowest possible with ε={s2s.LABEL_SMOOTHING}")
+ax1.set(yscale="log", xlabel="step", ylabel="smoothed cross-entropy (nats per token)",
+        title="training and validation loss")
 ax1.legend()
 ax2.plot(range(1, result.steps + 1), result.lrs)
 ax2.set(xlabel="step", ylabel="learning rate", title="the schedule this run used")
 for ax in (ax1, ax2):
     ax.grid(alpha=0.3)
+fig.tight_layout()
+
+# %% [markdown]
+# With label smoothing the loss cannot go below the entropy of the smoothed target (the dashed
+# line). And the trained model is **not** certain: on held-out dates, the probability it gives
+# its top token piles up near $1 - \varepsilon + \varepsilon / V$, not at 1. Its argmax is what
+# decoding uses, and that is as right as ever.
+
+# %%
+src, tgt = test_set.batch(torch.arange(300))
+with torch.no_grad():
+    probs = model.eval()(src, tgt[:, :-1]).softmax(-1)  # (300, Lt-1, V), teacher-forced
+real = tgt[:, 1:] != s2s.PAD
+top_p = probs.max(-1).values[real]  # the model's confidence at every real target position
+right = (probs.argmax(-1) == tgt[:, 1:])[real].float().mean().item()
+fig, ax = plt.subplots(figsize=(6.5, 3.2))
+ax.hist(top_p.numpy(), bins=40, range=(0, 1), color="tab:blue")
+ax.axvline(1 - s2s.LABEL_SMOOTHING + s2s.LABEL_SMOOTHING / V, color="k", ls="--",
+           label="1 - ε + ε/V: the best the smoothed loss allows")
+ax.set(xlabel="probability of the top token", ylabel="target positions", yscale="log",
+       title=f"confidence on held-out dates (top token right at {right:.1%} of positions)")
+ax.legend(fontsize=8)
 fig.tight_layout()
 
 # %% [markdown]
@@ -518,7 +681,7 @@ fig.tight_layout()
 # on it receives `model.pad_id`, while the others go on; the loop stops **as soon as every row
 # is done**, or when the output reaches `max_len` columns.
 #
-# ### Exercise 3: `greedy_decode`
+# ### Exercise 4: `greedy_decode`
 #
 # `greedy_decode(model, src, max_len, bos_id, eos_id)` returns a `(B, T)` LongTensor: column 0 is
 # `bos_id`; each row holds its tokens up to and including its first `eos_id`, then
@@ -562,6 +725,7 @@ chk.check_greedy_scripted(greedy_decode)
 chk.check_greedy_scripted(greedy_decode, pad_id=3)
 ### BEGIN HIDDEN TESTS
 chk.check_greedy_scripted(greedy_decode, pad_id=7, bos=4, eos=9)
+chk.check_greedy_scripted(greedy_decode, pad_id=3, bos=1, eos=0)  # an EOS id of 0
 ### END HIDDEN TESTS
 
 # %% [test] test_greedy_decode_max_len 1
@@ -610,7 +774,7 @@ for i in range(8):
 # With `beam_size=1` it is greedy decoding. Here is the code, one source row at a time for
 # clarity (read it; it is not an exercise):
 
-# %%
+# %% [export]
 @torch.no_grad()
 def beam_search(model, src, max_len, bos_id, eos_id, beam_size=4, alpha=0.6):
     """Like greedy_decode, but keeps the `beam_size` best prefixes of each row."""
@@ -830,6 +994,38 @@ same_output = torch.equal(decode_fn(model, src, 12, s2s.BOS, s2s.EOS),
 print(f"identical logits: {same_logits}, identical decoded dates: {same_output}")
 
 # %% [markdown]
+# ## Questions to answer in your own words
+#
+# Write a few sentences in each answer cell (double-click it to edit). These answers are
+# read and graded by your instructor; the model answers are not in your notebook.
+
+# %% [markdown]
+# **Question 1.** In training, the decoder reads the target shifted right (`<s> y1 ... y(n-1)`)
+# and is scored on `y1 ... yn`. What would happen if it read the unshifted target `y1 ... yn`
+# and were scored on the same `y1 ... yn`?
+
+# %% [answer] q_shift_target 1
+# ### BEGIN SOLUTION
+# The causal mask lets position $i$ read itself, so it would see $y_i$, the very token it must
+# predict: the model learns to copy its input, the loss falls to almost 0, and nothing about
+# translation is learned. At generation time the token to copy does not exist yet, so greedy
+# decoding produces garbage.
+# ### END SOLUTION
+
+# %% [markdown]
+# **Question 2.** Why does cross-attention need the **source** padding mask, and what would you
+# observe if it were left out?
+
+# %% [answer] q_cross_pad 1
+# ### BEGIN SOLUTION
+# The memory holds one vector per source position, padding included. Without the mask every
+# decoder query also attends to the encodings of the pad tokens, so the decoder's states (and
+# the output) depend on how much padding the sentence received, i.e. on which other sentences
+# share its batch: the same source decodes differently alone and in a batch, and the model
+# wastes attention on meaningless positions.
+# ### END SOLUTION
+
+# %% [markdown]
 # ## 10. Mistakes worth recognising
 #
 # Each of these appears in published tutorials or in the study notes this course grew from;
@@ -843,11 +1039,14 @@ print(f"identical logits: {same_logits}, identical decoded dates: {same_output}"
 # | `ignore_index=-1` (or none) with padding id 0 | the model is trained to predict padding; the loss is diluted |
 # | one embedding table for both sides | works only when the vocabularies coincide; silently wrong otherwise |
 # | no $\sqrt{d_\text{model}}$ (or scaling after adding PE) | the token signal is small next to the positions (or the positions get scaled too) |
-# | default `N(0, 1)` embeddings *and* the $\sqrt{d}$ scale | embeddings ~8x the positional encoding at $d=64$ |
+# | default `N(0, 1)` embeddings *and* the $\sqrt{d}$ scale | embeddings 11-12x the positional encoding at $d=64$ (measured in section 2; $8 / 0.71 \approx 11$), which the positions barely perturb |
 # | source padding mask only in the encoder | the cross-attention reads padding: results change with the batch |
 # | masks built with `== 0` instead of `== pad_id` | correct only while the pad id happens to be 0 |
 # | decoding with the logits of position 0, or without the causal mask | wrong tokens; multi-layer models change their past |
 # | not padding finished rows, stopping when the *first* row ends | outputs of the wrong length or with junk after `</s>` |
+# | label smoothing spread over the $V-1$ wrong classes, or the KL divergence instead of the cross-entropy | not what `label_smoothing=` computes: a different (or shifted) loss |
+# | indexing the log-probabilities with `ignore_index` (-100) | an index error, or padding counted in the mean |
+# | `log(softmax(x))` instead of `log_softmax(x)` | `-inf` and NaN losses for confident logits |
 #
 # **Next:** `08_decoder_only`: drop the encoder, and the decoder alone becomes a GPT-style
 # language model.

@@ -1,8 +1,12 @@
+#| default_exp decoder_only
+#| forbid CausalSelfAttention: F.scaled_dot_product_attention nn.MultiheadAttention
+#| forbid DecoderOnlyLM,generate: F.scaled_dot_product_attention nn.MultiheadAttention nn.Transformer*
 # %% [markdown]
 # # 08 · Decoder-only: a GPT-style model, sampling and a KV cache
 #
-# Notebook 07 built the full encoder-decoder. The models behind ChatGPT keep **half** of it: one
-# stack of masked self-attention layers that reads a sequence and predicts its next token. The
+# Notebook 07 built the full encoder-decoder. The GPT models (Radford et al., 2018 and 2019;
+# Brown et al., 2020) keep **half** of it: one stack of masked self-attention layers that reads
+# a sequence and predicts its next token. The
 # question and the answer live in the same sequence. In this notebook you:
 #
 # 1. see what changes from encoder-decoder to **decoder-only** (no encoder, no cross-attention,
@@ -37,7 +41,6 @@ import math
 import os
 import random
 import time
-import warnings
 
 import matplotlib.pyplot as plt
 import torch
@@ -52,8 +55,8 @@ from tfscratch.reference import (FeedForward, PositionalEncoding, combine_heads,
                                  scaled_dot_product_attention, sinusoidal_positional_encoding,
                                  split_heads)
 from tfscratch.widgets import explore
+from tqdm.auto import tqdm
 
-warnings.filterwarnings("ignore")
 torch.manual_seed(0)
 torch.set_num_threads(1)  # models this small run fastest on one thread: more threads only wait
 GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))  # autograding: skip the long training runs
@@ -265,7 +268,14 @@ chk.check_attention_cache(CausalSelfAttention, seed=977,
 # %% [markdown]
 # ## 4. The model: embeddings, positions, a causal stack, logits
 #
-# `DecoderOnlyLM` is GPT-2's layout with the sinusoidal positions of notebook 05:
+# `DecoderOnlyLM` keeps GPT-2's block layout, pre-norm sub-layers and a final LayerNorm
+# (Radford et al., 2019, "Language Models are Unsupervised Multitask Learners", section 2.3:
+# "Layer normalization was moved to the input of each sub-block ... and an additional layer
+# normalization was added after the final self-attention block"), but otherwise stays with the
+# parts of notebooks 05-07. Where GPT-2 differs: it *learns* its position embeddings (`wpe`)
+# instead of using sinusoids, does not multiply the token embeddings by $\sqrt{d_\text{model}}$,
+# uses GELU in the feed-forward network, and its output layer has no bias and shares its weight
+# with the token embedding. Ours:
 #
 # $$h_0 = \sqrt{d_\text{model}}\; E[x_t] + PE_{\text{offset} + t}, \qquad
 # h \leftarrow h + \operatorname{Attn}(\operatorname{LN}_1(h)), \quad
@@ -646,39 +656,75 @@ def true_next(prefix):
 
 # %% [markdown]
 # Training samples random windows of 48 characters (the model never sees positions beyond
-# 47, so we also generate within that length) and uses your `next_token_loss`. A few hundred
-# steps of a two-layer model are enough (a few seconds; fewer steps while autograding).
+# 47, so we also generate within that length) and uses your `next_token_loss`. The last 10% of
+# the corpus is held out: every 10 steps the loss on 64 fixed windows from it, in eval mode, is
+# the **validation loss**. We also plot the **perplexity** $e^{\text{loss}}$: the number of
+# equally likely characters the model is, on average, choosing between. A few hundred steps of a
+# two-layer model are enough (a few seconds, with a progress bar; fewer steps and no bar while
+# autograding).
 
 # %%
-def window_batch(gen, B=32, T=48):
-    starts = torch.randint(0, len(data) - T, (B,), generator=gen)
-    return torch.stack([data[s:s + T] for s in starts.tolist()])  # (B, T)
+def window_batch(gen, B=32, T=48, source=None):
+    source = data if source is None else source
+    starts = torch.randint(0, len(source) - T, (B,), generator=gen)
+    return torch.stack([source[s:s + T] for s in starts.tolist()])  # (B, T)
 
 
+split = int(0.9 * len(data))
+train_data, val_data = data[:split], data[split:]  # the last 10% is held out
+val_batch = window_batch(torch.Generator().manual_seed(1), B=64, source=val_data)
 torch.manual_seed(0)
 char_model = LM(len(chars), 48, 4, 2, 96, max_len=64)
 opt = torch.optim.AdamW(char_model.parameters(), lr=1e-2)
 gen = torch.Generator().manual_seed(0)
-char_losses = []
-for step in range(30 if GRADING else 150):
-    batch = window_batch(gen)
+n_steps = 30 if GRADING else 150
+char_losses, val_steps, val_losses = [], [], []
+bar = tqdm(range(n_steps), desc="training", unit="step", disable=GRADING, mininterval=0.5)
+for step in bar:
+    batch = window_batch(gen, source=train_data)
     loss = lm_loss(char_model(batch), batch)
     opt.zero_grad()
     loss.backward()
     opt.step()
     char_losses.append(loss.item())
+    if (step + 1) % 10 == 0 or step + 1 == n_steps:
+        char_model.eval()  # validation: no dropout, no gradients
+        with torch.no_grad():
+            val_losses.append(lm_loss(char_model(val_batch), val_batch).item())
+        char_model.train()
+        val_steps.append(step + 1)
+        bar.set_postfix(train=f"{char_losses[-1]:.3f}", val=f"{val_losses[-1]:.3f}")
+bar.close()
 char_model.eval()
 word_entropy = -sum(n / sum(LEXICON.values()) * math.log(n / sum(LEXICON.values()))
                     for n in LEXICON.values())
 chars_per_word = sum(n * (len(w) + 1) for w, n in LEXICON.items()) / sum(LEXICON.values())
-fig = plots.curves(range(len(char_losses)), {"training loss": char_losses,
-                                             "entropy of the corpus": [word_entropy / chars_per_word]
-                                             * len(char_losses)},
-                   xlabel="step", ylabel="nats per character", title="the character model")
+floor = word_entropy / chars_per_word  # nats per character
+train_steps = range(1, n_steps + 1)
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+for ax, f, unit in ((axes[0], lambda l: l, "nats per character"),
+                    (axes[1], math.exp, "perplexity (e^loss)")):
+    ax.plot(train_steps, [f(l) for l in char_losses], lw=0.8, label="training (each batch)")
+    ax.plot(val_steps, [f(l) for l in val_losses], "o-", ms=3, label="validation (held-out 10%)")
+    ax.axhline(f(floor), color="gray", ls="--", label="entropy of the corpus")
+    ax.set(xlabel="step", ylabel=unit, yscale="log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+axes[0].set_title("the character model: loss")
+axes[1].set_title("the character model: perplexity")
+fig.tight_layout()
+print(f"after {n_steps} steps: training loss {char_losses[-1]:.3f}, validation loss "
+      f"{val_losses[-1]:.3f} (perplexity {math.exp(val_losses[-1]):.2f}); the corpus' floor "
+      f"{floor:.3f} (perplexity {math.exp(floor):.2f})")
 
 # %% [markdown]
-# The flat line is the corpus' own entropy per character: no model can do better on
-# average, because which animal comes next is pure chance. Now the next-character
+# The dashed line is the corpus' own entropy per character: no model can do better on
+# average, because which animal comes next is pure chance (a perplexity of about 1.8: on
+# average the next character is as uncertain as a choice between 1.8 equally likely ones). The
+# validation curve stays within a few hundredths of the training curve: the held-out tenth
+# holds the same words in the same proportions, so there is nothing to overfit. On real text the
+# two part ways when the model starts memorising its training set, and the validation loss is
+# the one to watch. Now the next-character
 # distribution after three prefixes, the model's against the truth, at three temperatures.
 
 # %%
@@ -880,9 +926,73 @@ axes[0].legend()
 fig.tight_layout()
 
 # %% [markdown]
-# The cache is not free: it holds $2 \times n_\text{layers} \times B \times T \times d_\text{model}$
-# numbers, which is what limits the context length of large models in practice.
+# The cache is not free: every layer keeps a key and a value vector of size $d_\text{model}$ for
+# every token of every sequence, so it holds
 #
+# $$\text{KV-cache bytes} = B \times T \times n_\text{layers} \times 2 \times d_\text{model} \times \text{bytes per number},$$
+#
+# growing linearly with the batch and the context. For a 32-layer model with
+# $d_\text{model} = 4096$ in 16-bit floats that is 0.5 MiB per token: 2 GiB for one sequence of
+# 4096 tokens, on top of the weights. (Models with grouped-query attention store fewer key/value
+# heads and divide this by the group size; notebook 09 measures it.)
+
+# %%
+def kv_cache_bytes(batch, context, n_layers, d_model, bytes_per_number):
+    return batch * context * n_layers * 2 * d_model * bytes_per_number
+
+print(f"this notebook's char model, one sequence of 64 characters (float32): "
+      f"{kv_cache_bytes(1, 64, len(char_model.layers), char_model.tok_embed.embedding_dim, 4) / 2**10:.0f} KiB")
+print(f"32 layers, d_model 4096, fp16, 1 x 4096 tokens: {kv_cache_bytes(1, 4096, 32, 4096, 2) / 2**30:.1f} GiB")
+print(f"the same, batch of 16:                          {kv_cache_bytes(16, 4096, 32, 4096, 2) / 2**30:.1f} GiB")
+_, cache = char_model(torch.tensor([encode(".cat.dog.")]), use_cache=True)
+measured = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in cache)
+print(f"measured on the char model's cache after 9 tokens: {measured} bytes, formula: "
+      f"{kv_cache_bytes(1, 9, len(char_model.layers), char_model.tok_embed.embedding_dim, 4)} bytes")
+
+# %% [markdown]
+# ## Questions to answer in your own words
+#
+# Write a few sentences in each answer cell (double-click it to edit). These answers are
+# read and graded by your instructor; the model answers are not in your notebook.
+
+# %% [markdown]
+# **Question 1.** Why does one forward pass over a sequence of length $T$ give $T - 1$
+# next-token training examples at once?
+
+# %% [answer] q_next_token 1
+# ### BEGIN SOLUTION
+# With the causal mask the output at position $t$ depends only on tokens $0..t$. So position
+# $t$'s logits are a genuine prediction of token $t + 1$ from its true prefix (teacher forcing),
+# and the $T - 1$ positions that have a next token are $T - 1$ independent examples, computed in
+# parallel in one pass; the labels are the inputs shifted by one.
+# ### END SOLUTION
+
+# %% [markdown]
+# **Question 2.** With a KV cache, a generation step feeds only the newest token. What goes
+# wrong if it is given the positional encoding of position 0 instead of position $P$ (the number
+# of cached tokens), and why does nothing raise an error?
+
+# %% [answer] q_cache_offset 1
+# ### BEGIN SOLUTION
+# The model then sees the new token as if it were the first token of the sequence: its query and
+# the key and value it adds to the cache carry the wrong position, so attention compares
+# positions wrongly and the predictions (and all later steps) differ from an uncached pass:
+# wrong text. Every shape is still valid (`pe[:1]` has the same shape as `pe[P:P+1]`), so
+# nothing crashes; only comparing cached and uncached outputs reveals it.
+# ### END SOLUTION
+
+# %% [markdown]
+# **Question 3.** Estimate the KV cache of a 24-layer model with $d_\text{model} = 2048$ in
+# 16-bit floats, for a batch of 8 sequences of 2048 tokens.
+
+# %% [answer] q_cache_size 1
+# ### BEGIN SOLUTION
+# batch x context x layers x 2 (K and V) x d_model x bytes $= 8 \times 2048 \times 24 \times 2
+# \times 2048 \times 2 = 3\,221\,225\,472$ bytes, i.e. 3 GiB, on top of the weights; it grows
+# linearly with the batch size and the context length.
+# ### END SOLUTION
+
+# %% [markdown]
 # ## 10. Mistakes worth recognising
 #
 # | mistake | what happens |
@@ -899,7 +1009,7 @@ fig.tight_layout()
 # | feeding the whole sequence again with `past_kv` | duplicated tokens in the cache (or no speed-up) |
 # | `temperature=0` implemented as `logits / 0` | NaN probabilities; `torch.multinomial` raises |
 # | stop when *any* row produced `<EOS>` / count `<EOS>` in the prompt | answers cut short, or nothing generated at all |
-# | generating with gradients on | memory grows with every step |
+# | generating with gradients on | every cached key and value keeps its step's autograd graph alive: memory grows with every step |
 #
 # **Where next.** Everything here scales: a byte-pair tokenizer instead of characters, learned
 # positions or rotary embeddings (RoPE, whose rotation is the `pe_shift_matrix` of notebook 05

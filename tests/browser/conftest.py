@@ -176,6 +176,7 @@ class Run:
     cells: list = field(default_factory=list)
     error: BaseException | None = None
     screenshot: Path | None = None
+    shots: list = field(default_factory=list)  # every part of the whole-notebook screenshot
     timings: dict = field(default_factory=dict)
     cache: dict = field(default_factory=dict)
 
@@ -226,6 +227,8 @@ class Runs:
             t2 = time.monotonic()
             run.timings["run_all_s"] = round(t2 - t1, 1)
             run.timings["cells_run_after_error"] = rounds
+            if rounds:
+                run.timings["not_run_by_run_all"] = run.notebook.run_after_error_at
             if run.notebook.retried:
                 run.timings["aborted_retried"] = run.notebook.retried
             run.cells = run.notebook.cells()
@@ -237,7 +240,8 @@ class Runs:
             try:
                 if run.notebook:
                     t3 = time.monotonic()
-                    run.notebook.screenshot(run.screenshot)
+                    run.shots = run.notebook.screenshot(run.screenshot)
+                    run.timings["shot"] = run.notebook.shot_geometry
                     run.timings["screenshot_s"] = round(time.monotonic() - t3, 1)
             except Exception:  # noqa: BLE001
                 run.screenshot = None

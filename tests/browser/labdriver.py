@@ -78,10 +78,10 @@ class Nb:
 
 
 def discover() -> list[Nb]:
-    """Every solution and student notebook in the tree, paired by name, solution first."""
-    found = [Nb("solution", p.stem, p) for p in (REPO / "solutions").glob("*.ipynb")]
-    found += [Nb("student", p.stem, p) for p in (REPO / "notebooks").glob("*.ipynb")]
-    return sorted(found, key=lambda n: (n.name, n.kind != "solution"))
+    """Every notebook of the course manifest, solution then student version."""
+    from tfsgrade import manifest
+    return [Nb(kind, name, REPO / folder / f"{name}.ipynb") for name in manifest.load().names()
+            for kind, folder in (("solution", "solutions"), ("student", "notebooks"))]
 
 
 NOTEBOOKS = discover()
@@ -293,6 +293,11 @@ class Cell:
     execution_count: int | None
     outputs: list = field(default_factory=list)
     dom: dict | None = None
+    tags: list = field(default_factory=list)
+
+    @property
+    def is_graded_test(self) -> bool:
+        return "graded-test" in self.tags
 
     @property
     def errors(self) -> list[ErrorOutput]:
@@ -322,7 +327,8 @@ JS_CELLS = r"""
     c.node.dataset.tfsIndex = String(i);
     const m = c.model;
     const out = {index: i, type: m.type, source: m.sharedModel.getSource(),
-                 execution_count: null, outputs: [], dom: null};
+                 execution_count: null, outputs: [], dom: null,
+                 tags: (m.getMetadata ? m.getMetadata('tags') : m.metadata.get('tags')) || []};
     if (m.type !== 'code') return out;
     out.execution_count = m.executionCount;
     out.outputs = m.outputs.toJSON().map(o => {
@@ -398,7 +404,9 @@ async ({timeout_ms}) => {
   const notRun = c => c.model.type === 'code' && c.model.executionCount === null &&
       c.model.sharedModel.getSource().trim() !== '';
   let ran = 0, retried = 0;
+  const at = [];
   for (let i = 0; i < content.widgets.length; i++) {
+    if (notRun(content.widgets[i])) at.push(i);
     for (let attempt = 0; notRun(content.widgets[i]); attempt++) {
       if (attempt > 5) {
         const line = content.widgets[i].model.sharedModel.getSource().trim().split('\n')[0];
@@ -415,7 +423,7 @@ async ({timeout_ms}) => {
       ran++;
     }
   }
-  return {state: 'done', ran, retried};
+  return {state: 'done', ran, retried, at};
 }
 """
 
@@ -469,6 +477,17 @@ def image_is_blank(png: bytes) -> str | None:
     if arr.ndim == 3 and arr.shape[-1] == 4 and float(arr[..., 3].max()) == 0.0:
         return "fully transparent"
     return None
+
+
+def shot_is_blank(path: Path) -> str | None:
+    """None if a notebook screenshot shows the notebook; otherwise why it counts as empty
+    (the notebook area, below the toolbars and above the status bar, is almost all white)."""
+    import numpy as np
+    from PIL import Image
+    a = np.asarray(Image.open(path).convert("L"))
+    area = a[120:max(121, a.shape[0] - 40), 60:max(61, a.shape[1] - 60)]
+    ink = float((area < 200).mean())
+    return None if ink > 0.002 else f"{path.name}: {ink:.4%} of the notebook area is not white"
 
 
 # --------------------------------------------------------------------------- the lab page
@@ -589,6 +608,10 @@ class Notebook:
     def cell(self, index: int):
         return self.page.locator(f"[data-tfs-index='{index}']")
 
+    def cell_text(self, index: int) -> str:
+        """What the cell's output area shows, as the browser renders it (innerText)."""
+        return self.cell(index).locator(".jp-Cell-outputArea").first.inner_text()
+
     def run_all(self, timeout: float = RUN_TIMEOUT) -> int:
         """Run > Run All Cells. JupyterLab stops a run at the first error (the kernel aborts the
         queued cells); then every cell that did not run is run on its own, in order, as a
@@ -602,6 +625,7 @@ class Notebook:
         r = self.page.evaluate(JS_RUN_REST, {"timeout_ms": max(1000, int(left * 1000))})
         self.rounds = r["ran"]
         self.retried = r["retried"]
+        self.run_after_error_at = r.get("at", [])  # the cells Run All did not run
         if r["state"] == "stuck":
             raise AssertionError(f"{self.relpath}: cell {r['index']} does not run ({r['line']!r})")
         if r["state"] == "timeout":
@@ -733,8 +757,18 @@ class Notebook:
         jpeg = path.suffix.lower() in (".jpg", ".jpeg")
         paths = []
         with self._tall_viewport(h, max_height):
-            step = max(1000, self.page.evaluate(f"() => ({outer}).clientHeight") - 100)
-            for k, top in enumerate(range(0, max(h, 1), step)):
+            view = self.page.evaluate(f"() => ({outer}).clientHeight")
+            # the notebook's own height: its last cell's bottom (scrollHeight also counts the
+            # empty space JupyterLab adds after the last cell so that it can scroll to the top)
+            h = self.page.evaluate(f"""() => {{ const o = {outer}, w = window.__tfsNb.content.widgets;
+                const last = w[w.length - 1].node.getBoundingClientRect().bottom;
+                return Math.ceil(last - o.getBoundingClientRect().top + o.scrollTop + 40); }}""")
+            # one shot when it all fits; else overlapping parts, the last one bottom-aligned
+            # (never a part scrolled past the end, which photographs an empty page)
+            step = max(500, view - 100)
+            tops = [0] if h <= view else [*range(0, h - view, step), h - view]
+            self.shot_geometry = {"scroll_height": h, "view": view, "tops": tops}
+            for k, top in enumerate(tops):
                 self.page.evaluate(f"(y) => ({outer}).scrollTo(0, y)", top)
                 self.page.wait_for_timeout(100)
                 p = path if k == 0 else path.with_name(f"{path.stem}-part{k + 1}{path.suffix}")
@@ -743,8 +777,6 @@ class Notebook:
                 else:
                     self.page.screenshot(path=str(p))
                 paths.append(p)
-                if top + step >= h:
-                    break
             self.page.evaluate(f"() => ({outer}).scrollTo(0, 0)")
         return paths
 

@@ -4,10 +4,11 @@ globbing solutions/*.ipynb and notebooks/*.ipynb, so a new notebook is covered o
 import os
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
-from labdriver import DOCS_IMG, NOTEBOOKS, SHOTS, image_is_blank
+from labdriver import DOCS_IMG, NOTEBOOKS, REPO, SHOTS, image_is_blank, shot_is_blank, strip_ansi
 
 IDS = [str(n) for n in NOTEBOOKS]
 
@@ -31,18 +32,39 @@ def _lines(items) -> str:
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=IDS)
 def test_run_all_shows_only_expected_errors(runs, nb):
     run = runs.get(nb)
+    assert run.shots, f"{nb}: no screenshot {run.where()}"
+    blank = [b for b in map(shot_is_blank, run.shots) if b]
+    assert not blank, f"{nb}: screenshot parts show an empty notebook: {blank}"
     errors = [e for c in run.cells for e in c.errors]
     if nb.kind == "solution":
         assert not errors, (f"{nb}: after Run All, JupyterLab shows {len(errors)} error output(s):"
                             f"{_lines(errors)}\n{run.where()}")
     else:
-        unexpected = [e for e in errors if e.ename != "NotImplementedError"]
+        # A test cell whose exercise is not done shows NotDone, a demo cell that calls a stub
+        # shows the stub's NotImplementedError: either way one grey line, no traceback.
+        unexpected = [e for e in errors if e.ename not in ("NotDone", "NotImplementedError")]
         assert not unexpected, (
-            f"{nb}: the untouched student notebook must show only the NotImplementedError of its "
-            f"exercise stubs, but shows:{_lines(unexpected)}\n(demo cells must not depend on "
+            f"{nb}: the untouched student notebook must show only the 'not implemented yet' of "
+            f"its exercise stubs, but shows:{_lines(unexpected)}\n(demo cells must not depend on "
             f"names that a failing cell was meant to define) {run.where()}")
         assert errors, (f"{nb}: the student notebook runs without a single NotImplementedError: "
                         f"are its exercise stubs missing? {run.where()}")
+        long = [e for e in errors if strip_ansi(e.traceback).strip().count("\n")
+                or not strip_ansi(e.traceback).strip().endswith("not implemented yet")]
+        assert not long, f"{nb}: not one grey line per stub:{_lines(long)} {run.where()}"
+        wrong_kind = [e for c in run.cells for e in c.errors
+                      if (e.ename == "NotDone") != c.is_graded_test]
+        assert not wrong_kind, f"{nb}: NotDone outside a test cell or a raw stub error in one:" \
+            f"{_lines(wrong_kind)} {run.where()}"
+        # Run All went to the end (test cells are tagged raises-exception) and the last cell's
+        # progress table says what is left to do.
+        assert len(run.cells) - 1 not in run.timings.get("not_run_by_run_all", []), (
+            f"{nb}: Run All stopped at an error: {run.timings} {run.where()}")
+        table = run.notebook.cell_text(len(run.cells) - 1)
+        assert "Progress: 0 of" in table and "not done" in table, f"{nb}: {table[:500]}"
+    frames = [(c.index, o) for c in run.cells for o in c.outputs
+              if "tfscratch/" in (o.get("traceback") or "") + (o.get("text") or "")]
+    assert not frames, f"{nb}: outputs show the course's own frames: {frames[:3]} {run.where()}"
 
 
 @pytest.mark.parametrize("nb", [n for n in NOTEBOOKS if n.kind == "solution" and n.name in README_SHOTS],
@@ -123,3 +145,50 @@ def test_heatmaps_drawn(runs, nb):
             problems.append("the course promises heatmaps in this notebook (COURSE_SPEC 3, 7), "
                             "but no cell that calls a heatmap function shows an image")
     assert not problems, f"{nb}: heatmaps:{_lines(problems)}\n{run.where()}"
+
+
+def test_wrong_solution_shows_one_box_naming_the_mistake(runs):
+    """01 with a catalogued softmax mistake (max without keepdim, which crashes inside the
+    student's code): the failing check shows one compact box, in view, that names the check,
+    says the mistake, and shows the student's own failing line, and no frame of the course."""
+    import re
+    from dataclasses import dataclass
+
+    from catalogue.nb01_attention import MISTAKES
+    from labdriver import Nb
+    from nbtools import solution_sources, student_notebook, write
+
+    @dataclass(frozen=True)
+    class MistakeNb(Nb):
+        @property
+        def id(self) -> str:
+            return f"mistake/{self.name}"
+
+        def __str__(self):
+            return self.id
+
+    m = next(x for x in MISTAKES if x.exercise == "softmax" and "keepdim" in x.description)
+    fill = solution_sources("01_attention")
+    fill["softmax"] = m.code.strip()
+    nb = MistakeNb("student", "01_attention", Path("mistake"))
+    write(student_notebook("01_attention", fill), REPO / runs.relpath(nb.id))
+    run = runs.get(nb)
+    cell = next(c for c in run.cells if c.source.strip() == "chk.check_softmax_rows(softmax)")
+    assert [e.ename for e in cell.errors] == ["CheckFailed"], f"{cell.errors} {run.where()}"
+    box = run.notebook.cell(cell.index).locator(".jp-OutputArea-output").first
+    box.scroll_into_view_if_needed()
+    assert box.is_visible()
+    text = box.inner_text()
+    shot = SHOTS / "mistake__01_attention__box.png"
+    run.notebook.cell_screenshot(cell.index, shot, part="output")
+    said = f"the box says:\n{text}\n(screenshot {shot})"
+    assert "\u2718 check_softmax_rows" in text, said
+    assert re.search(m.hint, text, re.I), f"the mistake ({m.hint}) is not named; {said}"
+    assert "your code, Cell In[" in text and "e = torch.exp(x - m)" in text, said
+    assert "tfscratch" not in text and "Traceback" not in text, said
+    assert box.bounding_box()["height"] < 400, f"not a compact box; {said}"
+    frames = [(c.index, o) for c in run.cells for o in c.outputs
+              if "tfscratch/" in (o.get("traceback") or "") + (o.get("text") or "")]
+    assert not frames, f"outputs show the course's own frames: {frames[:3]} {run.where()}"
+    table = run.notebook.cell_text(len(run.cells) - 1)
+    assert "failed" in table and "test_softmax_rows" in table, table[:800]

@@ -1,15 +1,17 @@
 """The mistake and valid-variant catalogues (COURSE_SPEC section 5) and their runner.
 
 Each `nbNN_*.py` module here lists, for one notebook:
-    ASSIGNMENT = "01_attention"
-    EXERCISES  = ["softmax", ...]            # the exercises the spec fixes for it
+    ASSIGNMENT = "01_attention"              # optional: defaults to the module name less "nb"
+    EXERCISES  = ["softmax", ...]            # optional: defaults to the manifest's exercises
     MISTAKES   = [Mistake(exercise, description, hint_regex, code), ...]
     VARIANTS   = [Variant(exercise, description, code), ...]
 
 The runner executes the notebook's real cells from `solutions/<assignment>.ipynb` in order,
 in one namespace: setup cells, every solution cell (the exercise under test replaced by the
 catalogue's code), and that exercise's graded test cells, hidden tests included. A mistake
-must fail at least one of them with a message matching its hint; a variant must pass all.
+must fail at least one of them, and the FIRST failing one (in notebook order) must say
+something matching its hint: one diagnosis per failing exercise, the most specific first. A
+variant must pass all.
 """
 from __future__ import annotations
 
@@ -126,9 +128,20 @@ def run_exercise(assignment: str, exercise: str, code: str | None = None,
 
 
 def modules():
+    """The catalogue modules; ASSIGNMENT defaults to the module name without `nb`
+    (nb01_attention -> 01_attention) and EXERCISES to every exercise of that notebook in the
+    course manifest (tfsgrade.manifest)."""
+    from tfsgrade import manifest
+    course = manifest.load()
     pkg = Path(__file__).parent
-    return [importlib.import_module(f"{__name__}.{m.name}")
+    mods = [importlib.import_module(f"{__name__}.{m.name}")
             for m in pkgutil.iter_modules([str(pkg)]) if m.name.startswith("nb")]
+    for mod in mods:
+        if not hasattr(mod, "ASSIGNMENT"):
+            mod.ASSIGNMENT = mod.__name__.rpartition(".")[2][2:]
+        if not hasattr(mod, "EXERCISES") and mod.ASSIGNMENT in course.names():
+            mod.EXERCISES = [e.name for e in course[mod.ASSIGNMENT].exercises]
+    return mods
 
 
 def check_mistake(assignment: str, m: Mistake) -> str | None:
@@ -137,9 +150,13 @@ def check_mistake(assignment: str, m: Mistake) -> str | None:
     failed = [r for r in res if not r.passed]
     if not failed:
         return f"no graded test of {m.exercise} failed for: {m.description}"
-    if not any(re.search(m.hint, r.message, re.I | re.S) for r in failed):
+    # One diagnosis per failing exercise: the student reads the first failing test cell (in
+    # notebook order) first, so that message must already name the mistake.
+    if not re.search(m.hint, failed[0].message, re.I | re.S):
         msgs = "\n---\n".join(f"{r.grade_id}: {r.message}" for r in failed)
-        return (f"tests failed but no message matches /{m.hint}/ for: {m.description}\n{msgs}")
+        later = any(re.search(m.hint, r.message, re.I | re.S) for r in failed[1:])
+        return (f"the first failing test ({failed[0].grade_id}) does not match /{m.hint}/"
+                f"{' (a later one does)' if later else ''} for: {m.description}\n{msgs}")
     return None
 
 

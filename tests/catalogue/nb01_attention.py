@@ -126,6 +126,19 @@ def scaled_dot_product_attention(q, k, v):
     w = softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1).detach()
     return w @ v, w
 """),
+    # public patterns (issue 16): batched code that only handles one rank
+    Mistake("scaled_dot_product_attention", "torch.bmm: 3-D inputs only", r"torch\.bmm only takes 3-D", """
+def scaled_dot_product_attention(q, k, v):
+    w = softmax(torch.bmm(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1)), dim=-1)
+    return torch.bmm(w, v), w
+"""),
+    Mistake("scaled_dot_product_attention", "assert q.dim() == 3 guarding a (B, L, d) implementation",
+            r"own assert rejected", """
+def scaled_dot_product_attention(q, k, v):
+    assert q.dim() == 3 and k.dim() == 3, "expected (batch, length, dim)"
+    w = softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+    return w @ v, w
+"""),
 ]
 
 VARIANTS = [

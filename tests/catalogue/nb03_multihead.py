@@ -288,6 +288,15 @@ class MultiHeadAttention(nn.Module):
         self.attn_weights = w
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.w_o(combine_heads(out))''')),
+    # public pattern (issue 16): residual + LayerNorm inside the attention module
+    Mistake("MultiHeadAttention", "adds the residual and a LayerNorm inside the attention module",
+            r"LayerNorm", mha(init=_INIT + """
+        self.layer_norm = nn.LayerNorm(d_model, eps=1e-6)""", rest=_REST.replace(
+        "        return self.w_o(combine_heads(out))",
+        "        return self.layer_norm(self.w_o(combine_heads(out)) + query)"))),
+    Mistake("MultiHeadAttention", "keys projected by the query layer: self.w_k = self.w_q",
+            r"same layer as self\.w_q", mha(init=_INIT.replace(
+                "self.w_k = nn.Linear(d_model, d_model, bias=bias)", "self.w_k = self.w_q"))),
 ]
 
 VARIANTS = [

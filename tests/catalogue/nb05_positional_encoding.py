@@ -241,15 +241,6 @@ class PositionalEncoding(nn.Module):
             raise ValueError("longer than max_len")
         return self.dropout(x + self.pe[:x.size(1)])
 """),
-    Mistake(PEM, "no length check: an obscure broadcasting error past max_len", r"unhelpful error", """
-class PositionalEncoding(nn.Module):
-    def __init__(self, d_model, max_len=5000, dropout=0.0):
-        super().__init__()
-        self.dropout = nn.Dropout(dropout)
-        self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model))
-    def forward(self, x):
-        return self.dropout(x + self.pe[:x.size(1)])
-"""),
     Mistake(PEM, "scales x by sqrt(d_model) inside the module", r"sqrt\(d_model\)", """
 class PositionalEncoding(nn.Module):
     def __init__(self, d_model, max_len=5000, dropout=0.0):
@@ -307,7 +298,7 @@ class PositionalEncoding(nn.Module):
         x += self.pe[:x.size(1)]
         return self.dropout(x)
 """),
-    Mistake(PEM, "PyTorch tutorial's sequence-first (max_len, 1, d) table", r"sequence-first", """
+    Mistake(PEM, "PyTorch tutorial's sequence-first (max_len, 1, d) table sliced with x.size(0) on batch-first input", r"sequence-first", """
 class PositionalEncoding(nn.Module):
     def __init__(self, d_model, max_len=5000, dropout=0.0):
         super().__init__()
@@ -353,6 +344,17 @@ class PositionalEncoding(nn.Module):
         if L > self.max_len:
             raise ValueError("longer than max_len")
         return self.dropout(x + sinusoidal_positional_encoding(L, D))
+"""),
+    Mistake(PEM, "sequence-first table transposed, but sliced pe[:x.size(0)] before the transpose",
+            r"size\(0\)|batch size", """
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model).unsqueeze(1))
+    def forward(self, x):
+        # x (B, L, D); pe (max_len, 1, D)
+        return self.dropout(x + self.pe[:x.size(0)].transpose(0, 1))
 """),
 ]
 
@@ -469,5 +471,42 @@ class PositionalEncoding(nn.Module):
         L = x.shape[-2]
         assert L <= self.pe.shape[0], f"sequence of length {L} exceeds max_len={self.pe.shape[0]}"
         return self.drop(torch.add(x, self.pe.narrow(0, 0, L).expand_as(x)))
+"""),
+    Variant(PEM, "PyTorch tutorial's sequence-first (max_len, 1, d) buffer, transposed for batch-first input", """
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        super().__init__()
+        self.dropout = nn.Dropout(p=dropout)
+        position = torch.arange(max_len).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, 1, d_model)
+        pe[:, 0, 0::2] = torch.sin(position * div_term)
+        pe[:, 0, 1::2] = torch.cos(position * div_term)
+        self.register_buffer("pe", pe)
+    def forward(self, x):
+        # the buffer is (seq, 1, d); this course's input is (batch, seq, d)
+        x = x + self.pe[:x.size(1)].transpose(0, 1)
+        return self.dropout(x)
+"""),
+    Variant(PEM, "no length check of its own: past max_len the addition fails with a broadcasting error", """
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model))
+    def forward(self, x):
+        return self.dropout(x + self.pe[:x.size(1)])
+"""),
+    Variant(PEM, "raises a RuntimeError of its own wording past max_len, (1, max_len, d) buffer", """
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model)[None])
+    def forward(self, x):
+        n = x.shape[1]
+        if n > self.pe.shape[1]:
+            raise RuntimeError(f"got {n} tokens, the table has {self.pe.shape[1]} rows")
+        return self.dropout(x + self.pe[:, :n])
 """),
 ]

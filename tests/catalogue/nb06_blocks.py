@@ -397,6 +397,57 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList([DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first)] * n_layers)
         self.norm = nn.LayerNorm(d_model)
 ''' + _DEC_STACK_FWD),
+    # public patterns (issue 16)
+    Mistake("FeedForward", "nanoGPT-style MLP: GELU, dropout after the second layer", r"GELU", _ff('''
+    def forward(self, x):
+        return self.dropout(self.linear2(F.gelu(self.linear1(x))))
+''')),
+    Mistake("EncoderLayer", "attention module with its own residual + LayerNorm inside, wrapped again by the layer",
+            r"contains a LayerNorm", _enc('''
+    def forward(self, x, src_mask=None):
+        if self.norm_first:
+            x = x + self.drop(self.self_attn(self.norm1(x), src_mask))
+            x = x + self.drop(self.ff(self.norm2(x)))
+        else:
+            x = self.norm1(x + self.drop(self.self_attn(x, src_mask)))
+            x = self.norm2(x + self.drop(self.ff(x)))
+        return x
+''', init_extra='''        self.self_attn = _AttnSublayer(d_model, n_heads, dropout)
+''').replace("class EncoderLayer", '''class _AttnSublayer(nn.Module):
+    def __init__(self, d_model, n_heads, dropout):
+        super().__init__()
+        self.mha = MultiHeadAttention(d_model, n_heads, dropout)
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(self, x, mask=None):
+        return self.norm(x + self.mha(x, x, x, mask))
+
+
+class EncoderLayer''', 1)),
+    Mistake("DecoderLayer", "cross-attention of its own that splits K and V with the query's length",
+            r"their own length|memory\.size\(1\)", _dec(_dec_fwd(ca="self.cross_attn(h, memory, src_mask)"),
+            init_extra='''        self.cross_attn = _CrossAttn(d_model, n_heads, dropout)
+''').replace("class DecoderLayer", '''class _CrossAttn(nn.Module):
+    def __init__(self, d_model, n_heads, dropout):
+        super().__init__()
+        self.h, self.dh = n_heads, d_model // n_heads
+        self.w_q, self.w_k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.w_v, self.w_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, memory, mask=None):
+        B, L, D = x.shape
+        q = self.w_q(x).view(B, L, self.h, self.dh).transpose(1, 2)
+        k = self.w_k(memory).view(B, L, self.h, self.dh).transpose(1, 2)  # L: the query's length
+        v = self.w_v(memory).view(B, L, self.h, self.dh).transpose(1, 2)
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.dh)
+        if mask is not None:
+            s = s.masked_fill(~mask.unsqueeze(1), float("-inf"))
+        o = self.drop(s.softmax(-1)) @ v
+        return self.w_o(o.transpose(1, 2).reshape(B, L, D))
+
+
+class DecoderLayer''', 1)),
 ]
 
 VARIANTS = [

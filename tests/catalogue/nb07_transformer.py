@@ -5,7 +5,7 @@ loudly if the text it replaces is not there (so the catalogue cannot silently dr
 from . import Mistake, Variant
 
 ASSIGNMENT = "07_transformer"
-EXERCISES = ["Transformer", "teacher_forcing_loss", "greedy_decode"]
+EXERCISES = ["Transformer", "teacher_forcing_loss", "label_smoothing_cross_entropy", "greedy_decode"]
 
 TRANSFORMER = '''
 class Transformer(nn.Module):
@@ -78,6 +78,20 @@ def _edit(base, *pairs):
 
 
 T, L, G = "Transformer", "teacher_forcing_loss", "greedy_decode"
+S = "label_smoothing_cross_entropy"
+
+SMOOTH = '''
+def label_smoothing_cross_entropy(logits, target, smoothing=0.0, ignore_index=-100):
+    V = logits.size(-1)
+    logp = torch.log_softmax(logits.reshape(-1, V), dim=-1)
+    target = target.reshape(-1)
+    keep = target != ignore_index
+    safe = target.masked_fill(~keep, 0)
+    nll = -logp.gather(1, safe[:, None]).squeeze(1)
+    uniform = -logp.mean(dim=-1)
+    loss = (1 - smoothing) * nll + smoothing * uniform
+    return loss[keep].mean()
+'''
 SCALE_S = "x = self.src_embed(src) * math.sqrt(self.d_model)"
 SCALE_T = "y = self.tgt_embed(tgt) * math.sqrt(self.d_model)"
 INIT = '''        for p in self.parameters():
@@ -136,6 +150,22 @@ MISTAKES = [
     Mistake(T, "initialises before the parts exist (the loop sees no parameters)", r"Xavier", _edit(
         TRANSFORMER, "        self.d_model, self.pad_id = d_model, pad_id\n",
         "        self.d_model, self.pad_id = d_model, pad_id\n" + INIT, INIT + "\n    def encode", "\n    def encode")),
+    # the PyTorch tutorial's way: build the model, then initialise it from outside. Correct
+    # for that one object, but not part of the class (COURSE_SPEC: the model initialises itself)
+    Mistake(T, "Xavier init by a loop over an instance's parameters after construction",
+            r"outside the class", _edit(TRANSFORMER, INIT, "") + '''
+toy = Transformer(11, 11, 32, 4, 2, 64)
+for p in toy.parameters():
+    if p.dim() > 1:
+        nn.init.xavier_uniform_(p)
+'''),
+    Mistake(T, "Xavier init in a helper function applied after construction, model.apply style",
+            r"outside the class", _edit(TRANSFORMER, INIT, "") + '''
+def init_weights(module):
+    for name, p in module.named_parameters(recurse=False):
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)
+'''),
     Mistake(T, "uses PyTorch's nn.TransformerEncoder/Decoder inside", r"shortcut", '''
 class Transformer(nn.Module):
     def __init__(self, src_vocab, tgt_vocab, d_model, n_heads, n_layers, d_ff, dropout=0.0,
@@ -204,6 +234,50 @@ def teacher_forcing_loss(model, src, tgt):
     Mistake(L, "returns a Python float (.item()): nothing to backpropagate", r"scalar tensor", _edit(
         LOSS, "ignore_index=model.pad_id)", "ignore_index=model.pad_id).item()")),
     # ---------------------------------------------------------------- greedy_decode
+    # ---------------------------------------------------------------- label_smoothing_cross_entropy
+    Mistake(S, "spreads the smoothing over the V - 1 wrong classes only (the Annotated Transformer's way)",
+            r"V - 1 wrong classes", _edit(SMOOTH, "    uniform = -logp.mean(dim=-1)\n",
+                                          "    uniform = (-logp.sum(dim=-1) - nll) / (V - 1)\n")),
+    Mistake(S, "forgets the (1 - smoothing) factor on the true class", r"\(1 - smoothing\)",
+            _edit(SMOOTH, "loss = (1 - smoothing) * nll", "loss = nll")),
+    Mistake(S, "minimises the KL divergence to the smoothed target (KLDivLoss)", r"KL divergence", '''
+def label_smoothing_cross_entropy(logits, target, smoothing=0.0, ignore_index=-100):
+    V = logits.size(-1)
+    logp = torch.log_softmax(logits.reshape(-1, V), dim=-1)
+    target = target.reshape(-1)
+    keep = target != ignore_index
+    q = torch.full_like(logp, smoothing / V)
+    q[torch.arange(q.size(0)), target.masked_fill(~keep, 0)] += 1 - smoothing
+    kl = F.kl_div(logp, q, reduction="none").sum(-1)
+    return kl[keep].mean()
+'''),
+    Mistake(S, "zeroes the ignored positions but divides by every position", r"every position",
+            _edit(SMOOTH, "    return loss[keep].mean()", "    return (loss * keep).sum() / loss.numel()")),
+    Mistake(S, "never drops the ignored positions", r"ignore_index", _edit(
+            SMOOTH, "    return loss[keep].mean()", "    return loss.mean()")),
+    Mistake(S, "gathers with the raw targets: crashes on ignore_index=-100", r"not a class", _edit(
+            SMOOTH, "logp.gather(1, safe[:, None])", "logp.gather(1, target[:, None])")),
+    Mistake(S, "returns the sum instead of the mean", r"a sum, not a mean",
+            _edit(SMOOTH, "    return loss[keep].mean()", "    return loss[keep].sum()")),
+    Mistake(S, "smoothing term with the sum over classes instead of the mean", r"SUM of -log p",
+            _edit(SMOOTH, "uniform = -logp.mean(dim=-1)", "uniform = -logp.sum(dim=-1)")),
+    Mistake(S, "log(softmax(x)) instead of log_softmax(x)", r"log_softmax", _edit(
+            SMOOTH, "torch.log_softmax(logits.reshape(-1, V), dim=-1)",
+            "torch.log(torch.softmax(logits.reshape(-1, V), dim=-1))")),
+    Mistake(S, "log_softmax over dim=1: wrong for (B, L, V) logits", r"LAST axis", '''
+def label_smoothing_cross_entropy(logits, target, smoothing=0.0, ignore_index=-100):
+    logp = torch.log_softmax(logits, dim=1)
+    keep = target != ignore_index
+    nll = -logp.gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)
+    loss = (1 - smoothing) * nll - smoothing * logp.mean(-1)
+    return loss[keep].mean()
+'''),
+    Mistake(S, "calls F.cross_entropy with label_smoothing", r"shortcut", '''
+def label_smoothing_cross_entropy(logits, target, smoothing=0.0, ignore_index=-100):
+    V = logits.size(-1)
+    return F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), label_smoothing=smoothing,
+                           ignore_index=ignore_index)
+'''),
     Mistake(G, "never stops early: always runs to max_len", r"went on|stop as soon as", _edit(
         GREEDY, "        if done.all():\n            break\n", "")),
     Mistake(G, "keeps generating after EOS instead of padding", r"not padding|pad", _edit(
@@ -240,6 +314,12 @@ def greedy_decode(model, src, max_len, bos_id, eos_id):
     Mistake(G, "samples from the softmax instead of taking the argmax", r"argmax", _edit(
         GREEDY, "next_token = model.generator(states[:, -1]).argmax(-1)",
         "next_token = torch.multinomial(model.generator(states[:, -1]).softmax(-1), 1).squeeze(1)")),
+    # public pattern (issue 16): the generator ends in log_softmax (for an NLLLoss)
+    Mistake(T, "the generator ends in log_softmax", r"log_softmax", _edit(
+        TRANSFORMER, "return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))",
+        "return torch.log_softmax(self.generator(self.decode(tgt, memory, src_mask, tgt_mask)), dim=-1)")),
+    Mistake(G, "stops on `if eos_id and ...`: an EOS id of 0 never ends a row", r"eos_id=0|if eos_id", _edit(
+        GREEDY, "        done |= next_token == eos_id\n", "        if eos_id:\n            done |= next_token == eos_id\n")),
 ]
 
 VARIANTS = [
@@ -318,6 +398,39 @@ def teacher_forcing_loss(model, src, tgt):
     labels = tgt[:, 1:]
     real = labels != model.pad_id
     return F.cross_entropy(logits[real], labels[real])
+'''),
+    # ---------------------------------------------------------------- label_smoothing_cross_entropy
+    Variant(S, "the smoothed target distribution built explicitly, masked mean", '''
+def label_smoothing_cross_entropy(logits, target, smoothing=0.0, ignore_index=-100):
+    V = logits.shape[-1]
+    logp = logits.log_softmax(-1).reshape(-1, V)
+    t = target.reshape(-1)
+    keep = (t != ignore_index).to(logp.dtype)
+    q = F.one_hot(torch.where(t == ignore_index, torch.zeros_like(t), t), V).to(logp.dtype)
+    q = q * (1 - smoothing) + smoothing / V
+    per_pos = -(q * logp).sum(-1)
+    return (per_pos * keep).sum() / keep.sum()
+'''),
+    Variant(S, "nll_loss with ignore_index plus a masked uniform term", '''
+def label_smoothing_cross_entropy(logits, target, smoothing=0.0, ignore_index=-100):
+    V = logits.size(-1)
+    logp = F.log_softmax(logits.reshape(-1, V), dim=-1)
+    t = target.reshape(-1)
+    keep = t != ignore_index
+    nll = F.nll_loss(logp, t, ignore_index=ignore_index)
+    smooth = -logp[keep].mean(-1).mean()
+    return (1 - smoothing) * nll + smoothing * smooth
+'''),
+    Variant(S, "float64 inside, logsumexp by hand, no flattening", '''
+def label_smoothing_cross_entropy(logits, target, smoothing=0.0, ignore_index=-100):
+    x = logits.double()
+    lse = torch.logsumexp(x, dim=-1)
+    keep = target != ignore_index
+    true_logit = x.gather(-1, torch.where(keep, target, 0).unsqueeze(-1)).squeeze(-1)
+    nll = lse - true_logit
+    uniform = lse - x.mean(-1)
+    loss = (1 - smoothing) * nll + smoothing * uniform
+    return loss[keep].mean().to(logits.dtype)
 '''),
     # ---------------------------------------------------------------- greedy_decode
     Variant(G, "calls model(src, prefix) each step (re-encodes the source)", '''

@@ -499,7 +499,7 @@ def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, eos_id=
         seq = prompt
         cache = None
         for _ in range(max_new_tokens):
-            finished = (seq == eos_id).any(dim=1)  # "has this row ended?"
+            finished = (seq == eos_id).any(dim=1) if eos_id is not None else seq[:, 0] < 0  # "has this row ended?"
             if eos_id is not None and bool(finished.all()):
                 break
             if use_cache:
@@ -563,6 +563,34 @@ def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, eos_id=
 """),
     Mistake("generate", "returns only the generated tokens", r"only the new tokens", _gen(
         _PICK_OK, ret="seq[:, prompt.size(1):]")),
+    # ------------------------------------------------ independent implementations (issue 16):
+    # shared parts that a reference read back from the student's own model would copy too
+    Mistake("DecoderOnlyLM", "layers = one block repeated: nn.ModuleList([Block(...)] * n_layers)",
+            r"same block object|repeats ONE block", _lm("""
+        B, T = tokens.shape
+        offset = 0 if past_kv is None else past_kv[0][0].size(2)
+        x = self.tok_embed(tokens) * math.sqrt(self.d_model) + self.pos_encoding.pe[offset:offset + T]
+""" + _LM_LOOP).replace(
+        "nn.ModuleList(Block(d_model, n_heads, d_ff, dropout) for _ in range(n_layers))",
+        "nn.ModuleList([Block(d_model, n_heads, d_ff, dropout)] * n_layers)")),
+    Mistake("DecoderOnlyLM", "one LayerNorm module serves as both norm1 and norm2 of a block",
+            r"norm1 and norm2 are one LayerNorm", _lm("""
+        B, T = tokens.shape
+        offset = 0 if past_kv is None else past_kv[0][0].size(2)
+        x = self.tok_embed(tokens) * math.sqrt(self.d_model) + self.pos_encoding.pe[offset:offset + T]
+""" + _LM_LOOP, block=_BLOCK.replace(
+        "        self.norm2 = nn.LayerNorm(d_model)\n", "        self.norm2 = self.norm1\n"))),
+    Mistake("DecoderOnlyLM", "lm_head tied to the embedding although the exercise asks for a separate nn.Linear with bias",
+            r"shares its weight with tok_embed|weight tying", _lm("""
+        B, T = tokens.shape
+        offset = 0 if past_kv is None else past_kv[0][0].size(2)
+        x = self.tok_embed(tokens) * math.sqrt(self.d_model) + self.pos_encoding.pe[offset:offset + T]
+""" + _LM_LOOP).replace(
+        "        self.lm_head = nn.Linear(d_model, vocab_size)\n",
+        "        self.lm_head = nn.Linear(d_model, vocab_size)\n"
+        "        self.lm_head.weight = self.tok_embed.weight  # GPT-2 style tying\n")),
+    Mistake("generate", "tests `if eos_id:`, so an EOS id of 0 never stops generation",
+            r"eos_id is not None", _gen(_PICK_OK).replace("if eos_id is not None", "if eos_id")),
 ]
 
 VARIANTS = [
@@ -663,13 +691,7 @@ class CausalSelfAttention(nn.Module):
         return self.w_o(combine_heads(out)), (k, v)
 """),
     # ================================================================ DecoderOnlyLM
-    Variant("DecoderOnlyLM", "weight tying (lm_head shares the embedding matrix)", _lm("""
-        B, T = tokens.shape
-        offset = 0 if past_kv is None else past_kv[0][0].size(2)
-        x = self.tok_embed(tokens) * math.sqrt(self.d_model) + self.pos_encoding.pe[offset:offset + T]
-""" + _LM_LOOP).replace("        self.lm_head = nn.Linear(d_model, vocab_size)\n",
-                        "        self.lm_head = nn.Linear(d_model, vocab_size)\n"
-                        "        self.lm_head.weight = self.tok_embed.weight  # GPT-2 ties them\n")),
+    # (weight tying is a MISTAKE here: the exercise describes a separate nn.Linear with bias)
     Variant("DecoderOnlyLM", "ModuleDict blocks, own sinusoidal buffer, tuple cache", """
 class DecoderOnlyLM(nn.Module):
     def __init__(self, vocab_size, d_model, n_heads, n_layers, d_ff, max_len=512, dropout=0.0):

@@ -27,10 +27,19 @@ def check_softmax_rows(softmax):
         "you returned exp(x) without dividing by the sum.": x.exp(),
         "you divided x by its sum instead of exponentiating first.": x / x.sum(-1, keepdim=True),
         "you normalised with the sum over the whole tensor, not along dim.": x.exp() / x.exp().sum(),
+        "you divided by the sum over the whole tensor, e.sum(), not along dim "
+        "(e.sum(dim=dim, keepdim=True)).":
+            (x - x.amax(-1, keepdim=True)).exp() / (x - x.amax(-1, keepdim=True)).exp().sum(),
+        "you divided by the sum over the whole tensor, e.sum(), not along dim, after "
+        "subtracting one max for the whole tensor.": (x - x.max()).exp() / (x - x.max()).exp().sum(),
     })
     if wrong:
         fail("softmax(x) is not the softmax along the last axis: " + wrong)
     sums = y.sum(dim=-1)
+    if not torch.allclose(sums, torch.ones_like(sums), atol=1e-5) and abs(float(y.sum()) - 1) < 1e-4:
+        fail("softmax(x) is not the softmax along the last axis: the whole tensor sums to 1, "
+             f"each row does not (row sums {[round(s, 4) for s in sums.tolist()]}): you divided "
+             "by the sum over the whole tensor. Sum along dim with keepdim=True.")
     check_true(torch.allclose(sums, torch.ones_like(sums), atol=1e-5),
                f"rows of softmax(x) do not sum to 1 along the last axis: row sums are "
                f"{[round(s, 4) for s in sums.tolist()]}. Divide exp(x) by its sum along dim.")
@@ -106,9 +115,13 @@ def check_softmax_gradient(softmax):
     (y * w).sum().backward()
     xb = x.clone().requires_grad_(True)
     (ref_softmax(xb) * w).sum().backward()
+    forward_ok = isinstance(y, torch.Tensor) and y.shape == x.shape and torch.allclose(
+        y.detach(), ref_softmax(x), atol=1e-5, rtol=1e-4)
     check_close(xa.grad, xb.grad, "the gradient of softmax with respect to x",
                 "The forward values are right but the gradient is not: detach()ing the max "
-                "is fine, detaching the exponentials or the sum is not.")
+                "is fine, detaching the exponentials or the sum is not." if forward_ok else
+                "The forward values are wrong too (see the other softmax tests): fix those "
+                "first; the gradient follows from the forward.")
     passed("softmax: gradients flow back to x and match")
 
 
@@ -148,6 +161,10 @@ def check_attention_shapes(sdpa):
     if isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor) and tuple(out.shape) == (2, 3, 5) \
             and tuple(w.shape) == (2, 3, 6):
         fail("output and weights are swapped: return (output, weights), in that order.")
+    if isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor) \
+            and tuple(w.shape) == (2, 3, 5) and tuple(out.shape) == (2, 3, 4):
+        fail("the output has shape (2, 3, 4): its last axis is d_k = 4, the key size, not "
+             "d_v = 6: it averages the keys instead of the values. The output is weights @ v.")
     check_shape(w, (2, 3, 5), "weights for q (2, 3, 4), k (2, 5, 4), v (2, 5, 6)",
                 "Weights are (B, Lq, Lk): one row per query, one column per key.")
     check_shape(out, (2, 3, 6), "output for q (2, 3, 4), k (2, 5, 4), v (2, 5, 6)",
@@ -215,6 +232,21 @@ def check_attention_output(sdpa):
     passed("attention: output = weights @ v, and gradients reach q, k and v")
 
 
+def _rank_hint(e, rank):
+    """Why a call on `rank`-D inputs crashed, from the original exception."""
+    cause, text = e.__cause__, str(e.__cause__ or e)
+    if isinstance(cause, AssertionError):
+        return (f"Your own assert rejected {rank}-D inputs (e.g. assert q.dim() == 3): the "
+                "function must accept any number of leading axes, (..., L, d). Drop the rank "
+                "assert; the operations below it work for every rank.")
+    if "bmm" in text or "3D tensor" in text or "3-D" in text or "3-dimensional" in text:
+        return (f"torch.bmm only takes 3-D tensors, so {rank}-D inputs fail: use the @ operator "
+                "(torch.matmul), which broadcasts over any leading axes, with "
+                "k.transpose(-2, -1).")
+    return (f"With {rank}-D inputs the key transpose must swap the LAST two axes: "
+            "k.transpose(-2, -1). k.T or k.transpose(1, 2) only work for one rank.")
+
+
 def check_attention_batch_axes(sdpa):
     """Any number of leading axes: (L, d), (B, L, d) and (B, H, L, d)."""
     for batch in ((), (2,), (2, 3)):
@@ -222,8 +254,7 @@ def check_attention_batch_axes(sdpa):
         try:
             res = call(sdpa, q, k, v, shortcuts=ATT, what=f"attention on {len(batch) + 2}-D inputs")
         except CheckFailed as e:
-            fail(f"{e}\nWith {len(batch) + 2}-D inputs the key transpose must swap the LAST two "
-                 "axes: k.transpose(-2, -1). k.T or k.transpose(1, 2) only work for one rank.")
+            fail(f"{e}\n" + _rank_hint(e, len(batch) + 2))
         out, w = _unpack(res, "scaled_dot_product_attention")
         ref_w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(5), -1)
         check_shape(w, ref_w.shape, f"weights for {len(batch) + 2}-D inputs",

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .core import (CheckFailed, call, check_close, check_shape, copy_mha_to_torch, fail, passed,
-                   seeded)
+from .core import (CheckFailed, ShortcutUsed, call, check_close, check_shape, copy_mha_to_torch,
+                   fail, passed, seeded)
 
 TR = ("transformer",)  # PyTorch's nn.Transformer* classes are the shortcut here
 
@@ -55,6 +55,11 @@ _HINTS = [  # (substring of the error, hint); the first match wins
 ]
 
 
+_KV_LENGTH = ("A view/reshape got the wrong number of elements. In the cross-attention the keys "
+              "and values come from memory, whose length Ls differs from the target's Lt: split "
+              "K and V into heads with their own length (memory.size(1)), not the query's.")
+
+
 def _call(fn, *args, what, hint="", **kwargs):
     """core.call with the shortcut guard for nn.Transformer*, plus hints for the errors that
     this notebook's mistakes raise."""
@@ -65,6 +70,8 @@ def _call(fn, *args, what, hint="", **kwargs):
     except CheckFailed as e:
         msg = str(e)
         extra = [h for pat, h in _HINTS if pat in msg][:1]
+        if not extra and "invalid for input of size" in msg and "Decoder" in what:
+            extra.append(_KV_LENGTH)
         if hint and not extra and not msg.startswith("Shortcut used"):
             extra.append(hint)
         if extra:
@@ -370,6 +377,12 @@ def check_feedforward_dropout(FeedForward):
         y1 = _call(ff, x, what="FeedForward(8, 32, dropout=0.5) in eval mode")
         check_shape(y1, x.shape, "FeedForward(8, 32) output for x of shape (3, 6, 8)")
         y2 = _call(ff, x, what="FeedForward(8, 32, dropout=0.5) in eval mode")
+        if torch.equal(y1, y2) and not _close(y1, expected, atol=1e-5, rtol=1e-4):
+            # deterministic, so dropout is off: the values themselves are wrong
+            why = _ff_diagnose(ff, x, y1) or ("it does not equal linear2(relu(linear1(x))) with "
+                                             "your own weights (see test_FeedForward_values).")
+            fail(f"FeedForward(8, 32, dropout=0.5) in eval mode is deterministic (dropout is "
+                 f"off, as it should be) but gives the wrong values: {why}")
         if not torch.equal(y1, y2) or not _close(y1, expected, atol=1e-5, rtol=1e-4):
             fail("in eval mode (model.eval()) FeedForward with dropout=0.5 must be deterministic "
                  "and dropout-free, but two calls differ or do not equal "
@@ -399,13 +412,77 @@ _ENC_CRASH = ("An encoder layer is x -> self-attention (query = key = value = x,
               "input's shape (B, L, d_model).")
 
 
+_TORCH_BLOCKS = (nn.Transformer, nn.TransformerEncoder, nn.TransformerDecoder,
+                 nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+
+
+def _no_torch_blocks(module, owner):
+    """A module that holds PyTorch's own encoder/decoder classes is the forbidden shortcut,
+    whatever else it holds (its parameter count is off too, but that is not the point)."""
+    inner = next((type(m).__name__ for m in module.modules() if isinstance(m, _TORCH_BLOCKS)),
+                 None) if isinstance(module, nn.Module) else None
+    if inner:
+        raise ShortcutUsed(f"Shortcut used: {owner} contains PyTorch's nn.{inner}. This exercise "
+                           "asks you to build the layer yourself from your attention, "
+                           "feed-forward network and LayerNorms.")
+
+
+def _mask_probe(layer, x, mask, y, run, owner):
+    """Outputs at real positions that depend on padded positions: the mask is either ignored
+    or inverted. Tell which (None when the padding is respected)."""
+    real = mask[:, 0, :]  # (B, L) True at real positions
+    if bool(real.all()):
+        return None
+    noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(11)) * 3
+    y2 = run(torch.where(real[..., None], x, x + noise), mask)
+    if _close(y[real], y2[real], atol=1e-5, rtol=1e-4):
+        return None
+    if _close(y, run(x, None), atol=1e-5, rtol=1e-4):
+        return (f"{owner} gives the same output with and without src_mask: the mask never "
+                "reaches the self-attention, so padded keys are attended. Pass it on: "
+                "self_attn(h, h, h, src_mask).")
+    xn = torch.where(real[..., None], x, x + noise)
+    if _close(run(x, ~mask)[real], run(xn, ~mask)[real], atol=1e-5, rtol=1e-4):
+        return (f"{owner}: the outputs at real positions depend on the padded positions while "
+                "src_mask is given: the mask is inverted. In this course True means 'may attend' "
+                "(PyTorch's key_padding_mask uses True = ignore), so pass src_mask as it is.")
+    return None
+
+
+_NO_MEMORY_LAYER = ("(the cross-attention sub-layer is missing, or it attends over x instead of "
+                    "memory). Queries come from the decoder, keys and values from memory: "
+                    "cross_attn(h, memory, memory, src_mask).")
+
+
+def _memory_probe(run, x, mem, owner, cause=_NO_MEMORY_LAYER):
+    noise = torch.randn(mem.shape, generator=torch.Generator().manual_seed(12))
+    if _close(run(x, mem), run(x, mem + noise), atol=1e-6):
+        return (f"{owner}: a completely different memory gives the same output, so the decoder "
+                f"ignores the encoder output {cause}")
+    return None
+
+
 def _enc_make(EncoderLayer, d, H, d_ff, dropout=0.0, nf=False):
     what = f"EncoderLayer({d}, {H}, {d_ff}, dropout={dropout}, norm_first={nf})"
     layer = _call(EncoderLayer, d, H, d_ff, dropout=dropout, norm_first=nf, what=what)
+    _no_torch_blocks(layer, what)
     for p in _ENC_PATHS:
         _get(layer, p, "EncoderLayer")
+    _norm_inside_attention(layer, ["self_attn"], "EncoderLayer")
     _distinct(layer, ["norm1", "norm2"], "EncoderLayer", _NORM_SHARED)
     return layer
+
+
+def _norm_inside_attention(layer, names, owner):
+    for name in names:
+        attn = getattr(layer, name, None)
+        if isinstance(attn, nn.Module) and any(isinstance(x, (nn.LayerNorm, nn.RMSNorm))
+                                               for x in attn.modules()):
+            fail(f"{owner}.{name} contains a LayerNorm: the attention module adds the residual "
+                 "and normalises inside (as some public implementations do), so this layer "
+                 "normalises twice, or in the wrong place. The attention module returns "
+                 "w_o(heads) only; the layer adds the residual and applies norm1/norm2 (and "
+                 "norm3 in the decoder) itself, in the order norm_first asks for.")
 
 
 def check_encoder_layer_structure(EncoderLayer):
@@ -511,6 +588,10 @@ def _enc_compare(EncoderLayer, B, L, d, H, d_ff, nf, seed, dropout=0.0, lengths=
                          _enc_candidates(t, x, am, nf).items()})
         if why:
             fail(f"{what} does not match nn.TransformerEncoderLayer: {why}")
+        why = _mask_probe(layer, x, mask, y.detach(), lambda xx, mm: _call(
+            layer, xx, mm, what=what, hint=_ENC_CRASH).detach(), "EncoderLayer")
+        if why:
+            fail(f"{what} does not match nn.TransformerEncoderLayer: {why}")
     check_close(y, expected, f"{what}, against nn.TransformerEncoderLayer with your weights",
                 f"Compare your forward with the {_placement(nf)} equations in the text.")
 
@@ -593,8 +674,10 @@ _DEC_CRASH = ("A decoder layer runs masked self-attention over x (mask tgt_mask,
 def _dec_make(DecoderLayer, d, H, d_ff, dropout=0.0, nf=False):
     what = f"DecoderLayer({d}, {H}, {d_ff}, dropout={dropout}, norm_first={nf})"
     layer = _call(DecoderLayer, d, H, d_ff, dropout=dropout, norm_first=nf, what=what)
+    _no_torch_blocks(layer, what)
     for p in _DEC_PATHS:
         _get(layer, p, "DecoderLayer")
+    _norm_inside_attention(layer, ["self_attn", "cross_attn"], "DecoderLayer")
     _distinct(layer, ["norm1", "norm2", "norm3"], "DecoderLayer", _NORM_SHARED)
     _distinct(layer, ["self_attn", "cross_attn"], "DecoderLayer",
               "the masked self-attention and the cross-attention need their own weights: create "
@@ -698,6 +781,10 @@ def _dec_compare(DecoderLayer, B, Lt, Ls, d, H, d_ff, nf, seed, dropout=0.0, bat
              "memory: cross_attn(h, memory, memory, src_mask).")
     check_shape(y, expected.shape, what, _DEC_CRASH)
     if not _close(y.detach(), expected, atol=1e-5, rtol=1e-4):
+        why = _memory_probe(lambda xx, mm: _call(layer, xx, mm, src_mask, tgt_mask, what=what,
+                                                 hint=_DEC_CRASH).detach(), x, mem, "DecoderLayer")
+        if why:
+            fail(f"{what} does not match nn.TransformerDecoderLayer: {why}")
         why = _match(y, {k: (lambda f=f: _torch_ref(f)) for k, f in
                          _dec_candidates(t, x, mem, tm, sm, nf).items()})
         if why:
@@ -736,6 +823,12 @@ def check_decoder_layer_causal(DecoderLayer, seed=5):
                 y2 = _call(layer, x2, mem, src_mask, tgt_mask, what="DecoderLayer")
                 diff = (y2 - y).abs().amax(dim=(0, 2))  # (Lt,)
                 if (diff[:j] > 1e-5).any():
+                    why = _memory_probe(lambda xx, mm: _call(
+                        layer, xx, mm, src_mask, tgt_mask, what="DecoderLayer").detach(), x, mem,
+                        "DecoderLayer")
+                    if why:  # an unmasked attention over x itself is what looks ahead
+                        fail(f"{_placement(nf)}: changing target position {j} changed earlier "
+                             f"outputs, and {why}")
                     i = int((diff[:j] > 1e-5).nonzero()[0])
                     fail(f"{_placement(nf)}, tgt_mask of shape {tuple(tgt_mask.shape)}: changing "
                          f"target position {j} changed the output at position {i} < {j}, so the "
@@ -835,6 +928,7 @@ def _stack_structure(stack, n, owner, layer_paths):
 def _stack_make(cls, owner, n, d, H, d_ff, dropout, nf, layer_paths):
     what = f"{owner}({n}, {d}, {H}, {d_ff}, dropout={dropout}, norm_first={nf})"
     stack = _call(cls, n, d, H, d_ff, dropout=dropout, norm_first=nf, what=what)
+    _no_torch_blocks(stack, what)
     _stack_structure(stack, n, owner, layer_paths)
     return stack
 
@@ -999,6 +1093,13 @@ def _dec_stack_compare(Decoder, n, B, Lt, Ls, d, H, d_ff, nf, seed, batch_tgt=Fa
     y = _call(dec, x, mem, src_mask, tgt_mask, what=what, hint=_DEC_STACK_CRASH)
     check_shape(y, expected.shape, what)
     if not _close(y.detach(), expected, atol=atol, rtol=1e-4):
+        why = _memory_probe(lambda xx, mm: _call(dec, xx, mm, src_mask, tgt_mask, what=what,
+                                                 hint=_DEC_STACK_CRASH).detach(), x, mem, "Decoder",
+                            "(it never reaches the layers). Every layer must get memory: "
+                            "x = layer(x, memory, src_mask, tgt_mask), not layer(x, x, ...).")
+        if why:
+            fail(f"{what} does not match nn.TransformerDecoder: {why}")
+
         def run(final=True, each=False, tmask=tm, smask=sm, memory=mem):
             h = x
             for lay in t.layers:

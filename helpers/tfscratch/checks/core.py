@@ -4,6 +4,12 @@ Every check either prints one line starting with a tick and returns None, or rai
 `CheckFailed` whose message says what is wrong, shows actual against expected, and names the
 likely mistake. Nothing here writes to stderr (nbgrader scores a test cell with stderr as 0),
 and nothing returns a number (a number as a cell's last value becomes partial credit).
+
+What the student sees (`tfscratch.checks.display`): in IPython, a `CheckFailed` renders as one
+compact box (the check, its message, the student's own failing line) instead of a traceback
+through this package, and an exercise that still raises NotImplementedError becomes `NotDone`,
+one grey line. Both are still exceptions, so the cell still has an error output and nbgrader
+still scores it 0.
 """
 from __future__ import annotations
 
@@ -18,12 +24,30 @@ from torch.overrides import TorchFunctionMode
 __all__ = [
     "CheckFailed", "ShortcutUsed", "fail", "passed", "seeded", "no_shortcuts", "call",
     "check_shape", "check_close", "check_finite", "check_true", "SHORTCUTS", "describe",
-    "copy_mha_to_torch",
+    "copy_mha_to_torch", "NotDone",
 ]
 
 
 class CheckFailed(AssertionError):
     """A check found a difference. The message says what and the likely mistake."""
+
+    def _render_traceback_(self):
+        """IPython shows this instead of the traceback: one compact box (see display.py)."""
+        from .display import render_failure
+        return render_failure(self)
+
+
+class NotDone(NotImplementedError):
+    """The exercise still raises NotImplementedError: not done yet, which is not a mistake.
+    Still an exception (the test cell fails and scores 0), shown as one grey line."""
+
+    def __init__(self, name: str):
+        super().__init__(f"{name}: not implemented yet")
+        self.name = name
+
+    def _render_traceback_(self):
+        from .display import render_not_done
+        return render_not_done(self)
 
 
 class ShortcutUsed(CheckFailed):
@@ -35,7 +59,8 @@ def fail(msg: str):
 
 
 def passed(msg: str) -> None:
-    print(f"\u2714 {msg}")
+    from .display import green
+    print(green(f"\u2714 {msg}"))
 
 
 @contextlib.contextmanager
@@ -63,12 +88,23 @@ SHORTCUTS = {
     "layer_norm": {"layer_norm", "native_layer_norm", "group_norm", "rms_norm"},
     "batch_norm": {"batch_norm", "native_batch_norm", "_native_batch_norm_legit",
                    "instance_norm"},
+    # notebook 10: the online softmax may not call a softmax; blockwise attention may not call
+    # PyTorch's fused attention (softmax on a block is fine there)
+    "online_softmax": {"softmax", "_softmax", "special_softmax", "log_softmax", "_log_softmax"},
+    "flash_attention": {"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+                        "_scaled_dot_product_flash_attention_for_cpu",
+                        "multi_head_attention_forward"},
+    # notebook 07: label smoothing is built from log-probabilities, not F.cross_entropy
+    "cross_entropy": {"cross_entropy", "cross_entropy_loss"},
+    # 09: RMSNorm from scratch (LayerNorm counts too: it is RMSNorm plus centring)
+    "rms_norm": {"rms_norm", "_fused_rms_norm", "layer_norm", "native_layer_norm"},
 }
 # Modules forbidden inside an exercise: their forward raises while the guard is on.
 MODULE_SHORTCUTS = {
     "multihead": ("MultiheadAttention",),
     "transformer": ("Transformer", "TransformerEncoder", "TransformerDecoder",
                     "TransformerEncoderLayer", "TransformerDecoderLayer"),
+    "rms_norm": ("RMSNorm", "LayerNorm"),
 }
 _HUMAN = {
     "softmax": "torch.softmax / F.softmax / Tensor.softmax / nn.Softmax",
@@ -77,6 +113,10 @@ _HUMAN = {
     "layer_norm": "F.layer_norm / nn.LayerNorm / torch.layer_norm / F.rms_norm / nn.RMSNorm",
     "batch_norm": "F.batch_norm / nn.BatchNorm1d / torch.batch_norm",
     "transformer": "PyTorch's nn.Transformer* classes",
+    "online_softmax": "torch.softmax / F.softmax / Tensor.softmax / F.log_softmax",
+    "flash_attention": "F.scaled_dot_product_attention",
+    "cross_entropy": "F.cross_entropy / nn.CrossEntropyLoss",
+    "rms_norm": "F.rms_norm / nn.RMSNorm / F.layer_norm / nn.LayerNorm",
 }
 
 
@@ -130,15 +170,21 @@ def describe(x) -> str:
 
 
 def call(fn, *args, shortcuts=(), what=None, **kwargs):
-    """Call the student's `fn` with the shortcut guard on. NotImplementedError passes through
-    unchanged (the exercise is not done yet); any other exception becomes a CheckFailed that
-    says which call failed."""
+    """Call the student's `fn` with the shortcut guard on. NotImplementedError becomes NotDone
+    (the exercise is not done yet: one grey line, still a failure); any other exception becomes
+    a CheckFailed that says which call failed (its box shows the student's failing line)."""
     what = what or getattr(fn, "__name__", "your code")
     try:
         with no_shortcuts(*shortcuts):
             return fn(*args, **kwargs)
-    except (NotImplementedError, CheckFailed):
+    except (NotDone, CheckFailed):
         raise
+    except NotImplementedError as e:
+        from .display import raised_by_student, stub_name
+        if raised_by_student(e):  # a stub, not PyTorch saying an op is unsupported
+            raise NotDone(stub_name(e, fn)) from e
+        shapes = ", ".join(describe(a) for a in args)
+        raise CheckFailed(f"{what} raised {type(e).__name__}: {e}\n  called with: {shapes}") from e
     except Exception as e:  # noqa: BLE001 - report any crash in the student's code
         shapes = ", ".join(describe(a) for a in args)
         raise CheckFailed(f"{what} raised {type(e).__name__}: {e}\n  called with: {shapes}"

@@ -1,9 +1,11 @@
 """Checks for notebook 08_decoder_only: `next_token_loss`, `CausalSelfAttention`,
 `DecoderOnlyLM` and `generate`.
 
-The model checks copy nothing into the student's model: they read its weights through the
-attribute names fixed in the exercise text (tok_embed, layers[i].norm1 / self_attn / norm2 /
-ff, norm, lm_head) and rebuild the expected result from them, with PyTorch's own
+The model checks write their own values, different in every layer, into the student's model
+through the attribute names fixed in the exercise text (tok_embed, layers[i].norm1 / self_attn /
+norm2 / ff, norm, lm_head), read them back (a part shared under two names is caught there, as
+are a repeated block, one LayerNorm for two and an lm_head tied to the embedding), and rebuild
+the expected result from them, with PyTorch's own
 nn.MultiheadAttention / nn.TransformerEncoderLayer, or by hand for the known wrong variants
 that name a mistake. The `generate` checks drive the reference model and small scripted
 models, so that they grade `generate` alone.
@@ -11,6 +13,7 @@ models, so that they grade `generate` alone.
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 import torch.nn.functional as F
@@ -362,6 +365,12 @@ def check_attention_cache(cls, seed=0, cases=((2, 8, 16, 4, (4, 1, 3)),)):
         with seeded(seed + 200 + i):
             x = torch.randn(B, T, D)
         full, (kf, vf) = _attn_call(m, x, what=f"CausalSelfAttention on the full x {tuple(x.shape)}")
+        full_why = None  # the cache hints assume a right uncached pass: check that first
+        if isinstance(full, torch.Tensor) and full.shape == x.shape and not torch.allclose(
+                full.detach(), _torch_causal_mha(m, x, H), atol=1e-5, rtol=1e-4):
+            full_why = ("the uncached pass is already wrong, so the cached steps cannot match "
+                        "it either: " + (_diagnose_attention(full.detach(), m, x, H) or
+                                         "see test_CausalSelfAttention_matches_torch."))
         past, start = None, 0
         for n in list(chunks) + [T - sum(chunks)]:
             if n <= 0:
@@ -379,7 +388,7 @@ def check_attention_cache(cls, seed=0, cases=((2, 8, 16, 4, (4, 1, 3)),)):
                             "Concatenate past and new keys along the time axis (dim=2).")
                 exp = full[:, start:start + n].detach()
                 if not torch.allclose(out.detach(), exp, atol=1e-5, rtol=1e-4):
-                    why = _match(out, {
+                    why = full_why or _match(out, {
                         f"the causal mask ignores the {start} cached tokens: new query i sits at "
                         f"position {start} + i, so it may see keys 0 .. {start} + i. Build the "
                         f"(T, {start} + T) mask with torch.tril(..., diagonal={start}) (the "
@@ -439,14 +448,73 @@ def _new_lm(cls, V, D, H, L, Fd, max_len=64, dropout=0.0, seed=0):
                      "the exercise says, so the tests can read the weights.")
         if len(m.layers) != L:
             fail(f"DecoderOnlyLM(n_layers={L}) has {len(m.layers)} layers.")
-        for name in _LAYER_NAMES:
-            if not hasattr(m.layers[0], name):
-                fail(f"each block in DecoderOnlyLM.layers needs `{name}` (norm1, self_attn with "
-                     "w_q/w_k/w_v/w_o, norm2, ff with linear1/linear2).")
-        with torch.no_grad():  # move LayerNorm etc. away from their 1/0 defaults
-            for p in m.parameters():
-                p.add_(0.2 * torch.randn_like(p))
+        for i, layer in enumerate(m.layers):
+            for name in _LAYER_NAMES:
+                if not hasattr(layer, name):
+                    fail(f"block {i} of DecoderOnlyLM.layers has no `{name}` (each block keeps "
+                         "norm1, self_attn with w_q/w_k/w_v/w_o, norm2, ff with linear1/linear2).")
+        _lm_distinct(m, L)
+        _lm_own_weights(m, L)
     return m.eval()
+
+
+def _lm_distinct(m, L):
+    """The parts the exercise describes as separate are separate objects: a shared module
+    looks right to any check that reads its weights back from the model itself."""
+    if L > 1 and len({id(b) for b in m.layers}) < L:
+        fail(f"DecoderOnlyLM.layers holds the same block object {L} times: [Block(...)] * "
+             "n_layers repeats ONE block (one set of weights applied n_layers times). Create a "
+             "new block in every iteration: nn.ModuleList(Block(...) for _ in range(n_layers)).")
+    for i, b in enumerate(m.layers):
+        if b.norm1 is b.norm2 or (getattr(b.norm1, "weight", None) is not None
+                                  and b.norm1.weight is getattr(b.norm2, "weight", None)):
+            fail(f"in block {i}, norm1 and norm2 are one LayerNorm module (self.norm1 = "
+                 "self.norm2 = nn.LayerNorm(...), or one norm used twice): each sub-layer "
+                 "has its own LayerNorm with its own weight and bias. Create two.")
+    head_w, emb_w = getattr(m.lm_head, "weight", None), getattr(m.tok_embed, "weight", None)
+    if isinstance(head_w, torch.Tensor) and isinstance(emb_w, torch.Tensor) and (
+            head_w is emb_w or head_w.data_ptr() == emb_w.data_ptr()):
+        fail("lm_head shares its weight with tok_embed (weight tying, lm_head.weight = "
+             "tok_embed.weight). This exercise describes a separate output layer, "
+             "lm_head = nn.Linear(d_model, vocab_size) with its own weight and a bias; tied "
+             "embeddings come in notebook 09.")
+    if getattr(m.lm_head, "bias", None) is None:
+        fail("lm_head has no bias: the exercise describes nn.Linear(d_model, vocab_size), "
+             "whose bias is on by default.")
+
+
+def _lm_paths(L):
+    paths = ["tok_embed.weight", "norm.weight", "norm.bias", "lm_head.weight", "lm_head.bias"]
+    for i in range(L):
+        for sub in ("norm1", "norm2", "self_attn.w_q", "self_attn.w_k", "self_attn.w_v",
+                    "self_attn.w_o", "ff.linear1", "ff.linear2"):
+            paths += [f"layers.{i}.{sub}.weight", f"layers.{i}.{sub}.bias"]
+    return paths
+
+
+def _lm_own_weights(m, L):
+    """Write the test's own values, different in every layer, into each named parameter, then
+    read them all back: a part shared with another (one module under two names) keeps only the
+    last value written, and is named here, before any comparison."""
+    params = dict(m.named_parameters(remove_duplicate=False))
+    written = {}
+    with torch.no_grad():
+        for path in _lm_paths(L):
+            p = params.get(path)
+            if p is None:
+                continue  # e.g. bias=False projections; the comparisons read what is there
+            base = 1.0 if path.endswith("weight") and "norm" in path else 0.0
+            scale = 0.2 if "norm" in path else (p.size(-1) ** -0.5 if p.dim() > 1 else 0.1)
+            v = base + scale * torch.randn(p.shape)
+            p.copy_(v)
+            written[path] = v
+        for path, v in written.items():
+            if not torch.equal(params[path].detach(), v):
+                other = next((q for q in written if q != path and
+                              params[q].data_ptr() == params[path].data_ptr()), "another part")
+                fail(f"DecoderOnlyLM.{path} is the same tensor as {other}: the model shares a "
+                     "part that the exercise describes as separate (each layer, each LayerNorm "
+                     "and lm_head have their own weights).")
 
 
 def _ln(norm, x):
@@ -593,6 +661,11 @@ def check_lm_causal(cls):
     a = _logits_of(_lm_call(m1, tokens, what="model(tokens)"), "model(tokens)")[:, -1]
     b = _logits_of(_lm_call(m1, swapped, what="model(tokens with 1 and 2 swapped)"), "model")[:, -1]
     if torch.allclose(a, b, atol=1e-5) and not same.any():
+        full = _logits_of(_lm_call(m1, tokens, what="model(tokens)"), "model(tokens)")
+        why = _match(full, _lm_candidates(m1, tokens, 2))
+        if why and not why.startswith("no positional encoding"):
+            fail("swapping tokens 1 and 2 left the last position's logits unchanged, and the "
+                 f"logits match a known mistake: {why}")
         fail("swapping tokens 1 and 2 left the last position's logits unchanged: the model "
              "cannot tell word order. Add the positional encoding to the embeddings.")
     passed("DecoderOnlyLM: causal (a later token never changes earlier logits) and aware of "
@@ -836,7 +909,14 @@ def check_generate_greedy(generate, seed=0, cases=((2, 4, 12),)):
         for cached in (True, False):
             m.calls.clear()
             what = f"generate(model, prompt ({B}, {T0}), {n}, temperature=0, use_cache={cached})"
-            out = _gen_call(generate, m, prompt, n, what, temperature=0.0, use_cache=cached)
+            try:
+                out = _gen_call(generate, m, prompt, n, what, temperature=0.0, use_cache=cached)
+            except CheckFailed as e:
+                if re.search(r"probability tensor contains|inf|nan|divi", str(e), re.I):
+                    raise CheckFailed(f"{e}\ntemperature=0 means greedy: take the argmax of the "
+                                      "last position's logits; dividing the logits by 0 gives "
+                                      "inf/NaN probabilities.") from None
+                raise
             _check_calls(m, B, T0, n, cached, what)
             if out.shape != expected.shape or not torch.equal(out, expected):
                 first_pos = ref_first_position_greedy(m, prompt, n, cached)
@@ -868,6 +948,16 @@ def check_generate_greedy_equivalents(generate, seed=0):
     with seeded(seed + 1):
         prompt = torch.randint(0, 17, (3, 3))
     expected = _greedy_reference(m, prompt, 10)
+    try:
+        plain = _gen_call(generate, m, prompt, 10, "generate(model, prompt, 10, temperature=0)",
+                          temperature=0.0)
+    except CheckFailed as e:
+        raise CheckFailed(f"{e}\ntemperature=0 means greedy: take the argmax, do not divide the "
+                          "logits by 0.") from None
+    if plain.shape != expected.shape or not torch.equal(plain, expected):
+        fail("generate(model, prompt, 10, temperature=0) is not greedy decoding in the first "
+             "place (see test_generate_greedy_cache), so its equivalents cannot be either: fix "
+             f"that first.\n  actual:   {plain.tolist()}\n  expected: {expected.tolist()}")
     for kw in ({"top_k": 1, "temperature": 1.0}, {"top_k": 1, "temperature": 1.7},
                {"temperature": 0.0, "top_k": 5}):
         what = "generate(model, prompt, 10, " + ", ".join(f"{k}={v}" for k, v in kw.items()) + ")"
@@ -970,9 +1060,38 @@ def _eos_model():
     return _ScriptedLM(s, 6)
 
 
+def _check_eos_zero(generate, prompt, expected):
+    """The same story with the end token renamed to id 0 (08's own '.' separator is id 0):
+    `if eos_id:` treats it as no end token at all."""
+    perm = torch.arange(6)
+    perm[0], perm[EOS] = EOS, 0  # swap ids 0 and EOS
+    base = _eos_model()
+    scripts = torch.empty_like(base.scripts)
+    scripts[perm] = perm[base.scripts]  # row of first token perm[i] = relabelled row i
+    prompt0, expected0 = perm[prompt], perm[expected]
+    for cached in (True, False):
+        model = _ScriptedLM(scripts, 6)
+        what = f"generate(model, prompt, 10, temperature=0, eos_id=0, use_cache={cached})"
+        out = _gen_call(generate, model, prompt0, 10, what, temperature=0.0, eos_id=0,
+                        use_cache=cached)
+        if out.shape == expected0.shape and torch.equal(out, expected0):
+            continue
+        msg = (f"{what}:\n  actual:   {out.tolist()}\n  expected: {expected0.tolist()}\n")
+        plain = _gen_call(generate, _ScriptedLM(scripts, 6), prompt0, 10, "generate(..., "
+                          "eos_id=None)", temperature=0.0, use_cache=cached)
+        if out.shape == plain.shape and torch.equal(out, plain):
+            fail(msg + "with eos_id=0 generation behaves as if there were no end token: a "
+                 "test like `if eos_id:` is False for the id 0 (this notebook's own '.' "
+                 "separator is id 0). Test `if eos_id is not None:`.")
+        fail(msg + "with eos_id=0 the rows do not stop at their first generated 0 (with "
+             f"eos_id={EOS} they do): treat every id, 0 included, the same way; test "
+             "`eos_id is not None`, never the truth value of the id.")
+
+
 def check_generate_eos(generate):
     """Rows stop independently; finished rows are filled with eos_id; generation stops when
-    every row has produced eos_id; an eos_id inside the prompt does not count."""
+    every row has produced eos_id; an eos_id inside the prompt does not count; an eos_id of 0
+    works like any other."""
     prompt = torch.tensor([[1, 0, EOS], [2, 1, 0], [3, 3, 3]])  # row 0 already ends in EOS
     expected = torch.tensor([[1, 0, EOS, 5, 3, EOS, EOS, EOS],
                              [2, 1, 0, 3, 3, 3, 3, EOS],
@@ -1003,6 +1122,7 @@ def check_generate_eos(generate):
             fail(msg + "generation went on after every row had produced eos_id: stop as soon as "
                  "all rows are finished.")
         fail(msg + "Each row follows the model's greedy choice until its own first eos_id.")
+    _check_eos_zero(generate, prompt, expected)
     model = _eos_model()
     out = _gen_call(generate, model, prompt, 6, "generate(..., eos_id=None)", temperature=0.0)
     check_shape(out, (3, 9), "generate(model, prompt (3, 3), 6, eos_id=None)",

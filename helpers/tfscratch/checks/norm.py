@@ -293,12 +293,20 @@ def check_layer_norm_gradient(layer_norm):
     (y * g).sum().backward()
     xb, wb, bb = (t.clone().requires_grad_(True) for t in (x, w, b))
     (F.layer_norm(xb, (6,), wb, bb, 1e-5) * g).sum().backward()
+    forward_ok = y.shape == x.shape and torch.allclose(
+        y.detach(), F.layer_norm(x, (6,), w, b, 1e-5), atol=1e-4, rtol=1e-3)
     for name, a, r in (("x", xa, xb), ("weight", wa, wb), ("bias", ba, bb)):
         if a.grad is None:
             fail(f"no gradient reaches {name}: it must take part in the computation of the output.")
-        hint = ("The forward values are right, but the mean and the variance depend on x: "
-                "gradients must flow through them too. Do not detach them (or compute them "
-                "under torch.no_grad()).") if name == "x" else ""
+        if not forward_ok:
+            hint = ("The forward values are wrong too (see the other layer_norm tests): fix "
+                    "them first; the gradients follow from the forward.")
+        elif name == "x":
+            hint = ("The forward values are right, but the mean and the variance depend on x: "
+                    "gradients must flow through them too. Do not detach them (or compute them "
+                    "under torch.no_grad()).")
+        else:
+            hint = ""
         check_close(a.grad, r.grad, f"the gradient of layer_norm with respect to {name}", hint,
                     atol=1e-4, rtol=1e-3)
     passed("layer_norm: gradients reach x, weight and bias and match F.layer_norm")
@@ -714,12 +722,19 @@ def check_batch_norm_gradient(batch_norm):
     (y * g).sum().backward()
     xb, wb, bb = (t.clone().requires_grad_(True) for t in (x, w, b))
     (_torch_bn(xb, torch.zeros(5), torch.ones(5), wb, bb, True) * g).sum().backward()
+    forward_ok = y.shape == x.shape and torch.allclose(
+        y.detach(), _torch_bn(x, torch.zeros(5), torch.ones(5), w, b, True), atol=1e-4, rtol=1e-3)
     for name, a, r in (("x", xa, xb), ("weight", wa, wb), ("bias", ba, bb)):
         if a.grad is None:
             fail(f"no gradient reaches {name}: it must take part in the output.")
-        hint = ("In training the batch mean and variance depend on x, so gradients flow "
-                "through them: do not detach the batch statistics you normalise with (only the "
-                "running statistics are updated without gradient).") if name == "x" else ""
+        if not forward_ok:
+            hint = ("The forward values are wrong too (see the other batch_norm tests): fix "
+                    "them first; the gradients follow from the forward.")
+        else:
+            hint = ("The forward values are right, but in training the batch mean and variance "
+                    "depend on x, so gradients flow through them: do not detach the batch "
+                    "statistics you normalise with (only the running statistics are updated "
+                    "without gradient).") if name == "x" else ""
         check_close(a.grad, r.grad, f"the gradient of batch_norm (training) with respect to "
                     f"{name}", hint, atol=1e-4, rtol=1e-3)
     passed("batch_norm: training-mode gradients reach x, weight and bias and match F.batch_norm")

@@ -22,6 +22,8 @@ __all__ = [
     "check_transformer_causal", "check_transformer_padding", "check_transformer_against_torch",
     "check_transformer_overfit",
     "check_loss_value", "check_loss_padding", "check_loss_gradient",
+    "check_ls_value", "check_ls_ignore", "check_ls_shapes", "check_ls_stable", "check_ls_gradient",
+    "check_ls_against_torch", "smoothed_target",
     "check_greedy_scripted", "check_greedy_max_len", "check_greedy_against_reference",
 ]
 
@@ -149,6 +151,12 @@ def _softmax_hint(out):
              "return the generator's raw logits; F.cross_entropy applies log-softmax itself, so a "
              "softmax layer before it squashes the gradients (a bug in the study notes, whose "
              "model ends in 'a linear layer and a softmax').")
+    if o.dim() == 3 and (o <= 1e-6).all() and torch.allclose(
+            o.exp().sum(-1), torch.ones_like(o[..., 0]), atol=1e-4):
+        fail("the model's outputs are <= 0 and exp() of each row sums to 1: the generator ends "
+             "in log_softmax (as in some public implementations, whose loss is nn.NLLLoss). "
+             "forward must return the generator's raw logits: F.cross_entropy and greedy "
+             "decoding apply (log-)softmax themselves.")
 
 
 # --------------------------------------------------------------------------- Transformer
@@ -214,8 +222,50 @@ def check_transformer_shapes(Transformer):
            "decode (B, Lt, D), forward (B, Lt, V)")
 
 
+_XAVIER = ("xavier_uniform_", "xavier_normal_", "xavier_uniform", "xavier_normal")
+
+
+def _xavier_scaled(model):
+    for p in model.parameters():
+        if p.dim() >= 2:
+            want = math.sqrt(2.0 / (p.shape[0] + p[0].numel()))
+            if not 0.75 * want <= p.detach().float().std().item() <= 1.33 * want:
+                return False
+    return True
+
+
+def _names_xavier(code) -> bool:
+    """Does this code object (or one nested in it) call nn.init.xavier_*?"""
+    if any(n in _XAVIER for n in code.co_names):
+        return True
+    return any(_names_xavier(c) for c in code.co_consts if hasattr(c, "co_names"))
+
+
+def _init_outside(Transformer):
+    """Where the notebook initialises Transformer weights outside the class, in words, or None:
+    a function of the notebook that calls nn.init.xavier_* while the class never does, or a
+    Transformer built in the notebook whose weights have the Xavier scale that the class alone
+    does not give."""
+    cls_code = [f.__code__ for f in vars(Transformer).values() if hasattr(f, "__code__")]
+    if any(_names_xavier(c) for c in cls_code):
+        return None
+    ns = getattr(getattr(Transformer, "__init__", None), "__globals__", {}) or {}
+    for name, obj in list(ns.items()):
+        if name.startswith("_"):
+            continue
+        if isinstance(obj, Transformer) and _xavier_scaled(obj):
+            return (f"the notebook's `{name}` has Xavier-scaled weights, set by code after "
+                    "Transformer(...) was built")
+        code = getattr(obj, "__code__", None)
+        if code is not None and getattr(obj, "__module__", None) == ns.get("__name__") and \
+                _names_xavier(code):
+            return f"the notebook's function `{name}` calls nn.init.xavier_*, outside the class"
+    return None
+
+
 def check_transformer_init(Transformer):
-    """Every weight matrix has the Glorot (Xavier) scale std = sqrt(2 / (fan_in + fan_out))."""
+    """Every weight matrix has the Glorot (Xavier) scale std = sqrt(2 / (fan_in + fan_out)),
+    given by the class itself: an initialisation applied outside it is not part of the model."""
     model = _build(Transformer, 3, 40, 24, 64, 4, 2, 96)
     bad = []
     for name, p in model.named_parameters():
@@ -228,6 +278,15 @@ def check_transformer_init(Transformer):
             bad.append((name, tuple(p.shape), got, want))
     if bad:
         lines = "\n".join(f"  {n} {s}: std {g:.3f}, Xavier {w:.3f}" for n, s, g, w in bad[:6])
+        outside = _init_outside(Transformer)
+        if outside:
+            fail("Transformer(...) does not initialise its own weights: the Xavier "
+                 f"initialisation is applied outside the class ({outside}). Initialisation "
+                 "outside the class is not part of the model: every Transformer(...) built "
+                 "elsewhere (by the tests, by a training script) starts from PyTorch's default "
+                 f"init:\n{lines}\nMove the loop into __init__, after building all parts: for p "
+                 "in self.parameters(): if p.dim() > 1: nn.init.xavier_uniform_(p) (as "
+                 "nn.Transformer does).")
         emb = [b for b in bad if "embed" in b[0]]
         why = ("The embeddings keep nn.Embedding's default N(0, 1): multiplied by sqrt(d_model) "
                "they are ~8x larger than the positional encoding, which is then lost in the noise. "
@@ -561,13 +620,217 @@ def check_loss_gradient(teacher_forcing_loss, seed=9, pad_id=0):
     check_true(loss.requires_grad, "the loss does not require grad: it is cut off from the model "
                "(no torch.no_grad(), .item(), .detach() or torch.tensor(...) around it).")
     loss.backward()
+    with torch.no_grad():
+        value_ok = loss.shape == () and torch.allclose(
+            loss.detach(), ref_loss(model, src, tgt).detach(), atol=1e-5, rtol=1e-4)
+    hint = ("The value is right but not the gradient: compute the loss from the logits with "
+            "differentiable operations." if value_ok else
+            "The loss value is wrong too (see the other teacher_forcing_loss tests): fix it "
+            "first; the gradient follows from the value.")
     for k, g in want.items():
         p = dict(model.named_parameters())[k]
         check_true(p.grad is not None, f"no gradient reached {k}.")
-        check_close(p.grad, g, f"the gradient of the loss with respect to {k}",
-                    "The value is right but not the gradient: compute the loss from the logits "
-                    "with differentiable operations.", atol=1e-5, rtol=1e-3)
+        check_close(p.grad, g, f"the gradient of the loss with respect to {k}", hint,
+                    atol=1e-5, rtol=1e-3)
     passed("teacher_forcing_loss: a scalar whose gradients match for every parameter")
+
+
+# --------------------------------------------------------------------------- label smoothing
+LS = ("cross_entropy",)  # F.cross_entropy / nn.CrossEntropyLoss are blocked inside the exercise
+
+
+def smoothed_target(target, V, smoothing):
+    """(N, V) target distribution: (1 - smoothing) on the true class plus smoothing / V on every
+    class (the true one included), as F.cross_entropy(label_smoothing=...) defines it."""
+    return (1 - smoothing) * F.one_hot(target, V).double() + smoothing / V
+
+
+def _ls_reference(logits, target, smoothing, ignore_index):
+    V = logits.size(-1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return F.cross_entropy(logits.detach().double().reshape(-1, V), target.reshape(-1),
+                               label_smoothing=smoothing, ignore_index=ignore_index)
+
+
+def _ls_candidates(logits, target, smoothing, ignore_index):
+    """What the usual mistakes compute (float64)."""
+    V = logits.size(-1)
+    lg = logits.detach().double().reshape(-1, V)
+    t = target.reshape(-1)
+    keep = t != ignore_index
+    safe = t.masked_fill(~keep, 0)
+    logp = lg.log_softmax(-1)
+    nll = -logp.gather(1, safe[:, None]).squeeze(1)
+    uni = -logp.mean(-1)
+    others = (-logp.sum(-1) - nll) / max(V - 1, 1)  # the mean over the V - 1 wrong classes
+    q = smoothed_target(safe, V, smoothing)
+    entropy = -(q * q.clamp_min(1e-300).log()).sum(-1)
+    right = (1 - smoothing) * nll + smoothing * uni
+    kf = keep.double()
+    c = {
+        "the smoothing mass is spread over the V - 1 wrong classes only (smoothing / (V - 1) each); "
+        "PyTorch's label_smoothing gives smoothing / V to EVERY class, the true one included: "
+        "target = (1 - smoothing) * one_hot + smoothing / V.":
+            ((1 - smoothing) * nll + smoothing * others)[keep].mean(),
+        "the true class's term is not multiplied by (1 - smoothing): "
+        "loss = (1 - smoothing) * nll + smoothing * mean over classes of -log p.":
+            (nll + smoothing * uni)[keep].mean(),
+        "this is the KL divergence to the smoothed target, not the cross-entropy: the two differ "
+        "by the target's entropy, a constant. Use -sum(target * log_softmax(logits)).":
+            (right - entropy)[keep].mean(),
+        "the mean runs over every position, the ignored ones included (counted as 0): divide by "
+        "the number of positions whose target is not ignore_index.":
+            (right * kf).sum() / t.numel(),
+        "positions whose target is ignore_index take part in the loss: drop them "
+        "(target != ignore_index) before averaging.": right.mean() if bool((t >= 0).all()) else None,
+        "the loss is a sum, not a mean: average over the non-ignored positions.":
+            right[keep].sum(),
+        "the smoothing term uses the SUM of -log p over the classes, not the mean: each class "
+        "gets smoothing / V of the target, so the term is smoothing * mean_c(-log p_c).":
+            ((1 - smoothing) * nll + smoothing * (-logp.sum(-1)))[keep].mean(),
+        "smoothing is ignored: the result is the plain cross-entropy.": nll[keep].mean(),
+    }
+    if logits.dim() == 3:  # (B, L, V): the softmax taken over the sequence axis
+        lp1 = logits.detach().double().log_softmax(1)
+        t3 = target.masked_fill(target == ignore_index, 0)
+        nll1 = -lp1.gather(-1, t3.unsqueeze(-1)).squeeze(-1)
+        c["the log-softmax is taken over axis 1, which for (B, L, V) logits is the sequence "
+          "axis: the classes are on the LAST axis (dim=-1)."] = \
+            ((1 - smoothing) * nll1 - smoothing * lp1.mean(-1))[target != ignore_index].mean()
+    return {k: v for k, v in c.items() if v is not None}
+
+
+def _ls_call(fn, logits, target, smoothing, ignore_index, what=None):
+    what = what or (f"label_smoothing_cross_entropy(logits {tuple(logits.shape)}, target "
+                    f"{tuple(target.shape)}, smoothing={smoothing}, ignore_index={ignore_index})")
+    try:
+        loss = call(fn, logits, target.clone(), smoothing=smoothing, ignore_index=ignore_index,
+                    shortcuts=LS, what=what)
+    except CheckFailed as e:
+        msg = str(e)
+        if "out of bounds" in msg or "out of range" in msg or "index" in msg.lower() and "-100" in msg:
+            fail(msg + "\nA target equal to ignore_index (-100 by default) is not a class: gather "
+                 "or one_hot with it fails. Replace the ignored targets by any valid class "
+                 "(target.masked_fill(~keep, 0)) before gathering, and drop those rows after.")
+        raise
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+        fail(f"{what} must return a 0-D tensor (the mean loss); got "
+             f"{tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__}.")
+    return loss, what
+
+
+def _ls_compare(loss, logits, target, smoothing, ignore_index, what, atol=1e-5, rtol=1e-4):
+    expected = _ls_reference(logits, target, smoothing, ignore_index)
+    if not torch.isfinite(loss).all():
+        fail(f"{what} = {loss.item()}, expected {expected.item():.5f}. log(softmax(x)) underflows "
+             "to log(0) = -inf for very negative logits (and softmax of huge logits overflows): "
+             "use torch.log_softmax, which is stable.")
+    if not torch.allclose(loss.detach().double(), expected, atol=atol, rtol=rtol):
+        why = _match(loss.detach(), _ls_candidates(logits, target, smoothing, ignore_index),
+                     atol=atol, rtol=rtol)
+        if why:
+            fail(f"{what} = {loss.item():.5f}, expected {expected.item():.5f}: {why}")
+        check_close(loss.detach().double(), expected, what,
+                    "Expected F.cross_entropy(logits, target, label_smoothing=smoothing, "
+                    "ignore_index=ignore_index): (1 - smoothing) * (-log p_true) + smoothing * "
+                    "mean_c(-log p_c), averaged over the non-ignored positions.", atol=atol,
+                    rtol=rtol)
+
+
+def _ls_inputs(seed, shape, V, scale=3.0, ignore_index=-100, n_ignored=2):
+    with seeded(seed):
+        logits = torch.randn(*shape, V) * scale
+        target = torch.randint(0, V, shape)
+        flat = target.view(-1)
+        idx = torch.randperm(flat.numel())[:n_ignored]
+        flat[idx] = ignore_index
+    return logits, target
+
+
+def check_ls_value(label_smoothing_cross_entropy, seed=0,
+                   cases=(((12,), 7, 0.1, 3), ((2, 5), 9, 0.25, 0))):
+    """Equal to F.cross_entropy(..., label_smoothing, ignore_index) on (N, V) and (B, L, V)
+    logits. cases: (target shape, V, smoothing, ignore_index); ignore_index is a real class id
+    here, and a few targets equal it."""
+    for i, (shape, V, eps, ign) in enumerate(cases):
+        logits, target = _ls_inputs(seed + i, shape, V, ignore_index=ign)
+        loss, what = _ls_call(label_smoothing_cross_entropy, logits, target, eps, ign)
+        _ls_compare(loss, logits, target, eps, ign, what)
+    passed("label_smoothing_cross_entropy equals F.cross_entropy(label_smoothing=..., "
+           "ignore_index=...) on " + ", ".join(f"{len(s) + 1}-D logits with smoothing {e}"
+                                              for s, _, e, _ in cases))
+
+
+def check_ls_ignore(label_smoothing_cross_entropy, seed=3):
+    """The default ignore_index=-100 (not a class id), smoothing 0 and > 0, and the mean over the
+    non-ignored positions only (more ignored positions change nothing)."""
+    logits, target = _ls_inputs(seed, (3, 6), 8, ignore_index=-100, n_ignored=5)
+    for eps in (0.0, 0.2):
+        loss, what = _ls_call(label_smoothing_cross_entropy, logits, target, eps, -100)
+        _ls_compare(loss, logits, target, eps, -100, what)
+    wider_l = torch.cat([logits, torch.randn(3, 4, 8) * 3], 1)  # four more positions per row ...
+    wider_t = torch.cat([target, torch.full((3, 4), -100)], 1)  # ... all of them ignored
+    more, what = _ls_call(label_smoothing_cross_entropy, wider_l, wider_t, 0.2, -100)
+    base, _ = _ls_call(label_smoothing_cross_entropy, logits, target, 0.2, -100)
+    if not torch.allclose(more.detach(), base.detach(), atol=1e-5, rtol=1e-4):
+        fail(f"{what}: appending 12 ignored positions changed the loss from {base.item():.5f} to "
+             f"{more.item():.5f}. Ignored positions must not count, neither in the sum nor in the "
+             "number you divide by.")
+    passed("label_smoothing_cross_entropy: ignore_index=-100 by default, ignored positions "
+           "excluded from the mean")
+
+
+def check_ls_shapes(label_smoothing_cross_entropy, seed=5):
+    """(B, L, V) logits give the same loss as the same values flattened to (B*L, V)."""
+    logits, target = _ls_inputs(seed, (4, 3), 6, ignore_index=-100)
+    a, what = _ls_call(label_smoothing_cross_entropy, logits, target, 0.1, -100)
+    b, _ = _ls_call(label_smoothing_cross_entropy, logits.reshape(-1, 6), target.reshape(-1), 0.1,
+                    -100)
+    if not torch.allclose(a.detach(), b.detach(), atol=1e-5, rtol=1e-4):
+        fail(f"{what} = {a.item():.5f}, but the same logits flattened to (12, 6) give "
+             f"{b.item():.5f}. With (B, L, V) logits the classes are on the LAST axis: take "
+             "log_softmax over dim=-1 (or flatten to (B*L, V) first).")
+    _ls_compare(a, logits, target, 0.1, -100, what)
+    passed("label_smoothing_cross_entropy: (B, L, V) and (B*L, V) logits give the same loss")
+
+
+def check_ls_stable(label_smoothing_cross_entropy, seed=7):
+    """Logits of size 100 and more give a finite, correct loss (log_softmax, not log(softmax))."""
+    logits, target = _ls_inputs(seed, (10,), 5, scale=150.0, ignore_index=-100, n_ignored=1)
+    loss, what = _ls_call(label_smoothing_cross_entropy, logits, target, 0.1, -100,
+                          what="label_smoothing_cross_entropy(logits of size ~150, smoothing=0.1)")
+    _ls_compare(loss, logits, target, 0.1, -100, what, rtol=1e-4)
+    passed("label_smoothing_cross_entropy is finite and right for logits of size ~150")
+
+
+def check_ls_gradient(label_smoothing_cross_entropy, seed=9):
+    """The gradient with respect to the logits is softmax(logits) - smoothed target, averaged."""
+    logits, target = _ls_inputs(seed, (2, 4), 6, ignore_index=-100)
+    mine = logits.clone().requires_grad_(True)
+    loss, what = _ls_call(label_smoothing_cross_entropy, mine, target, 0.15, -100)
+    check_true(loss.requires_grad, f"{what} does not require grad: keep the computation "
+               "differentiable (no .item(), .detach(), torch.no_grad() or torch.tensor(...)).")
+    loss.backward()
+    ref = logits.clone().double().requires_grad_(True)
+    F.cross_entropy(ref.reshape(-1, 6), target.reshape(-1), label_smoothing=0.15).backward()
+    check_true(mine.grad is not None, "no gradient reached the logits.")
+    check_close(mine.grad, ref.grad.float(), "the gradient of the loss with respect to the logits",
+                "The value is right but not the gradient: compute the loss with differentiable "
+                "tensor operations.", atol=1e-5, rtol=1e-3)
+    passed("label_smoothing_cross_entropy: gradient = (softmax - smoothed target) / #positions")
+
+
+def check_ls_against_torch(label_smoothing_cross_entropy, seed=0,
+                           cases=(((6,), 5, 0.3, -100, 1),), dtype=torch.float32):
+    """Random cases against F.cross_entropy. cases: (target shape, V, smoothing, ignore_index,
+    number of ignored positions)."""
+    for i, (shape, V, eps, ign, n_ign) in enumerate(cases):
+        logits, target = _ls_inputs(seed + i, shape, V, ignore_index=ign, n_ignored=n_ign)
+        logits = logits.to(dtype)
+        loss, what = _ls_call(label_smoothing_cross_entropy, logits, target, eps, ign)
+        _ls_compare(loss, logits, target, eps, ign, what)
+    passed(f"label_smoothing_cross_entropy matches F.cross_entropy on {len(cases)} random case(s)")
 
 
 # --------------------------------------------------------------------------- greedy decoding
@@ -727,9 +990,20 @@ def check_greedy_scripted(greedy_decode, pad_id=0, bos=1, eos=2):
     max_len = 12
     expected = _scripted_expected(model, src, max_len, bos)  # rows of 5, 3 and 7 tokens
     out = _greedy_call(greedy_decode, model, src, max_len, bos, eos)
-    _compare(out, expected, pad_id, bos, eos, max_len,
-             f"a batch of 3 rows that finish after 5, 3 and 7 tokens (pad_id={pad_id})",
-             _scripted_wrong(model, src, max_len, bos, eos))
+    try:
+        _compare(out, expected, pad_id, bos, eos, max_len,
+                 f"a batch of 3 rows that finish after 5, 3 and 7 tokens (pad_id={pad_id})",
+                 _scripted_wrong(model, src, max_len, bos, eos))
+    except CheckFailed as e:
+        goes_on = isinstance(out, torch.Tensor) and out.dim() == 2 and any(
+            bool((r[1:] == eos).any()) and bool(
+                (r[1:][int((r[1:] == eos).nonzero()[0]) + 1:] != pad_id).any()) for r in out)
+        if eos == 0 and goes_on:
+            raise CheckFailed(f"{e}\nHere eos_id=0, an id as valid as any other, and the rows "
+                              "do not stop at it: a test such as `if eos_id:` (False for 0) "
+                              "treats it as no end token. Compare ids (== eos_id), and test "
+                              "`eos_id is not None` where None is allowed.") from None
+        raise
     one = _greedy_call(greedy_decode, model, src[1:2, :1], max_len, bos, eos)
     _compare(one, expected[1:2, :3], pad_id, bos, eos, max_len, "a batch of one row")
     passed(f"greedy_decode: BOS first, one EOS per row, {'pad' if pad_id == 0 else f'pad_id={pad_id}'} "

@@ -1,0 +1,59 @@
+"""Stage 4, feedback and grades: nbgrader's feedback HTML per graded notebook, nbgrader's
+own export, and grades.csv (columns scripts rely on: student_id, one per notebook, total,
+max_total, status, notes; newer columns only after those)."""
+from __future__ import annotations
+
+import csv
+import shutil
+
+from . import course
+
+
+
+def write_feedback(items, s) -> None:
+    from . import judges
+    fb_out = s.out / "feedback"
+    shutil.rmtree(fb_out, ignore_errors=True)
+    judges.clean_autograded(items, s)  # no hidden tests, no endless output, no active content
+    for a in s.names:
+        if any(it.assignment == a and it.status == "graded" for it in items):
+            r = course.run_nbgrader(s.course, ["generate_feedback", a, "--force"], timeout=600)
+            if r.returncode != 0:
+                s.log(f"  generate_feedback {a} reported problems: {(r.stdout + r.stderr)[-600:]}")
+    for it in items:
+        src = s.course / "feedback" / it.student / it.assignment / f"{it.assignment}.html"
+        if it.status == "graded" and src.exists():
+            (fb_out / it.student).mkdir(parents=True, exist_ok=True)
+            dst = fb_out / it.student / f"{it.assignment}.html"
+            shutil.copyfile(src, dst)
+            judges.sanitise_page(dst)
+        elif it.status == "graded":
+            it.reasons.append("feedback could not be generated")
+
+
+def write_grades(items, s) -> None:
+    course.run_nbgrader(s.course, ["export", "--to", str(s.out / "nbgrader_export.csv")], timeout=300)
+    names = list(s.names)
+    max_by_a = {a: max((it.max_score for it in items if it.assignment == a), default=0.0) for a in names}
+    students = sorted({it.student for it in items})
+    with (s.out / "grades.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["student_id", *names, "total", "max_total", "status", "notes", "sandbox",
+                    "flags"])
+        for st in students:
+            mine = {it.assignment: it for it in items if it.student == st}
+            row = [st]
+            for a in names:
+                it = mine.get(a)
+                row.append(f"{it.score:g}" if it and it.status == "graded" else "")
+            total = sum(it.score for it in mine.values() if it.status == "graded")
+            status = "flagged" if any(it.status == "flagged" for it in mine.values()) else "graded"
+            notes = "; ".join(f"{it.assignment}: {r}" for it in mine.values() for r in it.reasons)
+            flags = "; ".join(f"{it.assignment}: {f}" for it in mine.values() for f in it.flags)
+            row += [f"{total:g}", f"{sum(max_by_a.values()):g}", status, notes,
+                    "on" if s.sandbox else "OFF (--no-sandbox)", flags]
+            w.writerow(row)
+    from .exports import write_exports
+    write_exports(s.out, [{"student_id": st, **{a: next((f"{it.score:g}" for it in items
+                   if it.student == st and it.assignment == a and it.status == "graded"), "")
+                   for a in names}} for st in students], max_by_a, notebooks=names)

@@ -1,0 +1,92 @@
+"""Judges and feedback hygiene: what the coordinator decides outside the student's process.
+
+The merge stage calls every function of `merge.JUDGES` after nbgrader has scored the
+executed notebooks; the feedback stage calls every function of `feedback.HYGIENE` on each
+feedback page. This module plugs the pure modules in:
+
+- `scan_judge`: the static scan (tfsgrade.scan) of every submission. A certain shortcut scores
+  the exercise's test cells 0 through nbgrader's Gradebook API (a manual score of 0, so the
+  formgrader shows it as an instructor's decision); anything uncertain is flagged for review.
+  Both go into the item's notes and `flags` (grades.csv, the report).
+- `similarity_judge`: copying signals (tfsgrade.similarity): pairs of solution cells over the
+  threshold, written to OUT/similarity.html and listed in the report.
+- `clean_autograded`: before nbgrader writes feedback, the autograded notebooks lose hidden
+  tests' code and inputs (unless --reveal-hidden), over-long outputs and active content.
+- `sanitise_page`: each feedback page is sanitised so nothing a student printed runs in the
+  instructor's browser.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+
+from . import hygiene, scan, similarity
+
+
+def _course_nb(s, folder: str, a: str):
+    path = s.course / folder / a / f"{a}.ipynb"
+    return nbformat.read(path, as_version=4) if path.exists() else None
+
+
+def scan_judge(items, s, gb) -> None:
+    for a in s.names:
+        released, source = _course_nb(s, "release", a), _course_nb(s, "source", a)
+        test_ids = [c.metadata["nbgrader"]["grade_id"] for c in (source.cells if source else [])
+                    if c.metadata.get("nbgrader", {}).get("grade")
+                    and not c.metadata["nbgrader"].get("solution")]
+        for it in items:
+            if it.assignment != a or it.status != "pending" or not it.notebook:
+                continue
+            nb = nbformat.reads(it.notebook, as_version=4)
+            res = scan.scan_notebook(nb, a, released=released, source=source)
+            for gid, why in res.zeroed_cells(test_ids).items():
+                try:
+                    gb.find_grade(gid, a, a, it.student).manual_score = 0.0
+                except Exception:  # noqa: BLE001 - nbgrader recorded no such cell
+                    continue
+            gb.db.commit()
+            notes = res.notes()
+            it.reasons += [f"scan: {n}" for n in notes]
+            it.flags += notes
+
+
+def similarity_judge(items, s, gb) -> None:
+    pairs = []
+    for a in s.names:
+        subs = {it.student: nbformat.reads(it.notebook, as_version=4) for it in items
+                if it.assignment == a and it.notebook and it.status == "pending"}
+        if not subs:
+            continue
+        found = similarity.compare_class(subs, a, source=_course_nb(s, "source", a),
+                                         released=_course_nb(s, "release", a))
+        pairs += found
+        for p in found:
+            for sid, other in ((p.left, p.right), (p.right, p.left)):
+                for it in items:
+                    if it.student == sid and it.assignment == a:
+                        it.flags.append(f"similar to {other} in {p.exercise} "
+                                        f"({100 * p.similarity:.0f}%)")
+    path = s.out / "similarity.html"
+    path.write_text("<!doctype html><html><head><meta charset='utf-8'><title>Similar solution "
+                    "cells</title></head><body>" + similarity.render_html(pairs)
+                    + "</body></html>\n", encoding="utf-8")
+
+
+def clean_autograded(items, s) -> None:
+    """Rewrite each graded submission's autograded notebook as the student may see it."""
+    for a in s.names:
+        source = _course_nb(s, "source", a)
+        for it in items:
+            if it.assignment != a or it.status != "graded":
+                continue
+            path = s.course / "autograded" / it.student / a / f"{a}.ipynb"
+            if path.exists():
+                nb = nbformat.read(path, as_version=4)
+                nbformat.write(hygiene.clean_feedback_notebook(
+                    nb, source, reveal_hidden=s.reveal_hidden), path)
+
+
+def sanitise_page(html_path: Path, item=None, s=None) -> None:
+    page = Path(html_path).read_text(encoding="utf-8")
+    Path(html_path).write_text(hygiene.sanitise_html(page), encoding="utf-8")

@@ -1,0 +1,121 @@
+"""Stage 3, judge and merge: the coordinator alone writes the gradebook.
+
+The executed notebooks (from the sandboxed tasks) go into this run's fresh course
+directory, and nbgrader's autograde scores them with its own preprocessors (locked cells
+restored from the gradebook, SaveAutoGrades) but without executing anything: the course's
+nbgrader_config swaps Execute for RanInSandbox, which only accepts outputs that the sandbox
+produced for exactly this cell text. Then the judges run: functions that may lower or
+flag what nbgrader scored (JUDGES; the static scan, similarity and the coordinator's own
+verdict plug in there) through nbgrader's Gradebook API.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from . import course
+
+
+def _judges():
+    # judge(items, settings, gradebook) -> None; may change grades via the Gradebook API and
+    # append to item.reasons / item.flags (tfsgrade.judges: the static scan, similarity)
+    from . import judges
+    return [judges.scan_judge, judges.similarity_judge]
+
+
+class RanInSandbox(NbGraderPreprocessor):
+    """A code cell counts only with outputs the sandbox recorded for this exact source."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "code":
+            ran = cell.metadata.get("tfsgrade", {}).get("ran")
+            if ran != hashlib.sha256(cell.source.encode()).hexdigest()[:16]:
+                cell.outputs = [{"output_type": "error", "ename": "NotExecuted",
+                                 "evalue": "this cell was not executed in the grading sandbox",
+                                 "traceback": ["NotExecuted: this cell was not executed in the "
+                                               "grading sandbox"]}]
+            cell.metadata.pop("tfsgrade", None)
+        return cell, resources
+
+
+def fresh_course(s) -> None:
+    """A new course directory for this run (nothing of an earlier run survives in it)."""
+    if s.course.exists():
+        shutil.rmtree(s.course)
+    course.make_course(s.course, list(s.names), db_url=s.db_url, timeout=s.limits.cell_timeout,
+                       executed_elsewhere=True)
+    course.generate(s.course, list(s.names))
+
+
+def _notes_from_events(it, nb, s) -> list[str]:
+    """Say, per exercise, what happened; never call graded what did not run."""
+    out = []
+    lim = f" ({s.limits.cell_timeout}s)"
+    owner = {}
+    cur = None
+    for i, c in enumerate(nb.cells):
+        gid = c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        cur = gid or cur
+        owner[i] = gid or (f"after {cur}" if cur else "before the first exercise")
+    for e in it.result.get("events", []):
+        where = f"cell {e['cell']} ({owner.get(e['cell'], '?')})"
+        if e["kind"] == "timeout":
+            out.append(f"{where} ran past the time limit{lim} (an infinite loop?) and was "
+                       "interrupted; the cells after it were still run and graded")
+        elif e["kind"] == "stuck":
+            out.append(f"{where} ran past the time limit and could not be interrupted: scored 0; "
+                       "the kernel was restarted, the cells before it replayed, and the cells "
+                       "after it run and graded")
+        elif e["kind"] == "died":
+            out.append(f"{where}: the kernel died (os._exit, a crash or the memory cap): scored 0; "
+                       "a fresh kernel replayed the cells before it and the cells after it were "
+                       "run and graded")
+        elif e["kind"] == "not_run":
+            gids = [owner[k] for k in e["cells"] if nb.cells[k].get("metadata", {}).get("nbgrader", {}).get("grade")]
+            out.append(f"cells from {where} on were NOT run ({e['why']}); "
+                       f"{'their tests score 0: ' + ', '.join(gids) if gids else 'no test among them'}")
+    return out
+
+
+def merge(items, s) -> None:
+    import nbformat
+    from nbgrader.api import Gradebook
+    for it in items:
+        if it.status != "pending":
+            continue
+        res = it.result or {}
+        if not res.get("notebook"):
+            it.status = "flagged"
+            it.reasons.append(res.get("error") or "the task produced no result")
+            continue
+        nb = nbformat.reads(res["notebook"], as_version=4)
+        it.reasons += _notes_from_events(it, nb, s)
+        dst = s.course / "submitted" / it.student / it.assignment / f"{it.assignment}.ipynb"
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, dst)
+    with Gradebook(s.db_url) as gb:
+        for it in items:
+            if it.status == "pending":
+                gb.update_or_create_student(it.student)
+    for a in s.names:
+        group = [it for it in items if it.assignment == a and it.status == "pending"]
+        if group:
+            r = course.run_nbgrader(s.course, ["autograde", a, "--force"], timeout=600 + 5 * len(group))
+            if r.returncode != 0:
+                s.log(f"  nbgrader autograde {a} reported problems: {(r.stdout + r.stderr)[-800:]}")
+    with Gradebook(s.db_url) as gb:
+        for judge in _judges():
+            judge(items, s, gb)
+        max_by_a = {a: float(gb.find_assignment(a).max_score) for a in s.names}
+        for it in items:
+            if it.status == "pending":
+                try:
+                    sub = gb.find_submission(it.assignment, it.student)
+                    it.score, it.status = float(sub.score), "graded"
+                except Exception:  # noqa: BLE001 - nbgrader recorded nothing for it
+                    it.status = "flagged"
+                    it.reasons.append("nbgrader's autograde recorded no result")
+            if it.assignment in max_by_a:
+                it.max_score = max_by_a[it.assignment]

@@ -1,0 +1,123 @@
+"""Stage 2, run: execute every pending (student, notebook) task in its sandbox, in
+parallel on Dask distributed, resuming from the task results already on disk.
+
+- A LocalCluster (one single-threaded worker process per core, bound to 127.0.0.1) by
+  default; `--scheduler tcp://host:8786` sends the same tasks to an existing cluster.
+- Each task is pure (notebook bytes in, executed notebook + events + timings out); its
+  result is written to OUT/tasks/<student>/<assignment>.json as soon as it arrives, under a
+  key made of the notebook's bytes and the limits, so an interrupted run resumes with
+  what is missing and a second run of the same class executes nothing.
+- A worker that dies takes its task with it: Dask retries it on another worker; a task
+  that kills workers again and again is flagged, never silently lost.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+from contextlib import contextmanager
+
+from .sandbox import execute_task
+
+VERSION = "3"   # bump when the runner's behaviour changes: invalidates cached results
+
+
+def _key(it, s) -> str:
+    h = hashlib.sha256(it.notebook)
+    h.update(s.fingerprint().encode() + VERSION.encode())
+    return h.hexdigest()
+
+
+def _path(it, s):
+    return s.tasks / it.student / f"{it.assignment}.json"
+
+
+def cached(it, s) -> dict | None:
+    p = _path(it, s)
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if doc.get("key") == _key(it, s) else None
+
+
+def _store(it, s, res: dict):
+    p = _path(it, s)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps(res))
+    os.replace(tmp, p)
+
+
+@contextmanager
+def client_for(s):
+    from distributed import Client, LocalCluster
+    if s.scheduler:
+        with Client(s.scheduler, timeout="30s") as c:
+            yield c
+        return
+    with LocalCluster(n_workers=s.workers, threads_per_worker=1, processes=True,
+                      host="127.0.0.1", dashboard_address="127.0.0.1:0", memory_limit=0,
+                      silence_logs=logging.ERROR) as cluster, Client(cluster) as c:
+        yield c
+
+
+def payload(it, s) -> dict:
+    from dataclasses import asdict
+    return {"student": it.student, "assignment": it.assignment, "notebook": it.notebook,
+            "limits": asdict(s.limits), "sandbox": s.sandbox}
+
+
+def run_all(items, s) -> None:
+    """Fill it.result for every pending item (from the cache or by running it)."""
+    from distributed import as_completed
+    pending = [it for it in items if it.status == "pending" and it.notebook is not None]
+    todo = []
+    for it in pending:
+        res = None if it.student in s.students else cached(it, s)
+        if res is not None:
+            it.result = res
+        else:
+            todo.append(it)
+    if not todo:
+        return
+    s.log(f"running {len(todo)} task(s) ({len(pending) - len(todo)} already done) on "
+          f"{s.scheduler or f'{s.workers} local worker(s)'}; sandbox {'on' if s.sandbox else 'OFF'}")
+    bar = _bar(s, len(todo))
+    flagged = 0
+    with client_for(s) as client:
+        futs = {}
+        for it in todo:
+            f = client.submit(execute_task, payload(it, s), key=f"task-{it.student}-{it.assignment}-{_key(it, s)[:8]}",
+                              retries=1, pure=False)
+            futs[f] = it
+        t_start = time.time()
+        for f in as_completed(futs):
+            it = futs[f]
+            try:
+                res = f.result()
+                res["key"] = _key(it, s)
+                _store(it, s, res)
+            except Exception as e:  # noqa: BLE001 - KilledWorker, lost scheduler, ...
+                res = {"status": "lost", "error": f"the grading worker failed on this task twice "
+                       f"({type(e).__name__}: {str(e)[:200]}); it was not graded and will be "
+                       "retried on the next run", "events": [], "seconds": {}, "notebook": None}
+            it.result = res
+            flagged += res.get("status") != "ok"
+            if bar is not None:
+                bar.set_postfix(flagged=flagged)
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        s.log(f"ran {len(todo)} task(s) in {time.time() - t_start:.1f}s")
+
+
+def _bar(s, n):
+    show = s.progress if s.progress is not None else sys.stderr.isatty()
+    if not show:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=n, unit="notebook", desc="grading", file=sys.stderr)

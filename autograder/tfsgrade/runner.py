@@ -1,0 +1,180 @@
+"""Executes one notebook cell by cell; runs INSIDE the sandbox (bubblewrap), started by
+tfsgrade.sandbox. Standalone on purpose: it imports nbclient and nbformat only, never the
+grader or the reference, and what it knows comes from one JSON file.
+
+Each exercise is judged on its own: when a cell kills the kernel (os._exit, a crash, the
+memory cap) or will not stop when interrupted, that cell gets an error output, a fresh
+kernel is started, the cells before it are replayed silently, and execution goes on with
+the next cell. Cells never run (budget spent, too many restarts) get an error output too,
+so nothing counts as passed that did not run.
+
+Protocol: argv[1] = config JSON path; argv[2] = the number of a pipe to write the result
+to (one JSON document: the executed notebook and events). The kernel never inherits that
+pipe and cannot read this process's memory (it is made non-dumpable), so student code
+cannot forge the result.
+"""
+import copy
+import ctypes
+import hashlib
+import json
+import os
+import resource
+import signal
+import sys
+import time
+
+
+def _limit(cfg):
+    lim = cfg["limits"]
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)       # a too-big write fails, no kill
+    for name, value in (("RLIMIT_CORE", 0), ("RLIMIT_CPU", lim["cpu_s"]),
+                        ("RLIMIT_FSIZE", int(lim["output_mb"] * 2**20)),
+                        ("RLIMIT_AS", int(lim["mem_gb"] * 2**30) if lim["mem_gb"] > 0 else -1),
+                        ("RLIMIT_NPROC", lim["max_procs"] if cfg.get("nproc") else -1)):
+        if value is not None and value >= 0:
+            resource.setrlimit(getattr(resource, name), (value, value))
+    uid = cfg.get("drop_to")
+    if uid is not None and os.getuid() == 0:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    try:                                               # no ptrace / /proc/PID/mem from the kernel
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)         # PR_SET_DUMPABLE = 4
+    except Exception:  # noqa: BLE001
+        pass
+
+
+class BudgetSpent(Exception):
+    """The notebook's time budget is spent (not a TimeoutError: nbclient's CellTimeoutError is one)."""
+
+
+def sha(text):
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def main():
+    cfg = json.load(open(sys.argv[1]))
+    out_fd = int(sys.argv[2])
+    os.set_inheritable(out_fd, False)
+    started = time.time()
+    _limit(cfg)
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    lim = cfg["limits"]
+    cap = int(cfg.get("cell_output_bytes", 4 * 2**20))  # feedback trims further
+    nb = nbformat.read(cfg["source"], as_version=4)
+    try:                                               # the task's own copy, in its scratch
+        nbformat.write(nb, cfg["notebook"])
+    except OSError:
+        pass
+    cells = nb.cells
+    events, seconds = [], {}
+    deadline = time.monotonic() + lim["notebook_timeout"]
+
+    class Client(NotebookClient):
+        """nbclient with a cap on how much output one cell may keep."""
+        sizes: dict = {}
+
+        def output(self, outs, msg, display_id, cell_index):
+            size = len(json.dumps(msg.get("content", {})))
+            total = self.sizes.get(cell_index, 0) + size
+            self.sizes[cell_index] = total
+            if total > cap:
+                if self.sizes.get(("noted", cell_index)) is None:
+                    self.sizes[("noted", cell_index)] = True
+                    outs.append(nbformat.v4.new_output(
+                        "stream", name="stdout",
+                        text=f"\n[output truncated: more than {cap} characters]\n"))
+                return None
+            return super().output(outs, msg, display_id, cell_index)
+
+    def client():
+        return Client(nb, timeout=lim["cell_timeout"], allow_errors=True, interrupt_on_timeout=True,
+                      error_on_timeout={"ename": "CellTimeoutError", "evalue": "",
+                                        "traceback": ["CellTimeoutError: the cell ran past the "
+                                                      f"{lim['cell_timeout']}s limit"]},
+                      raise_on_iopub_timeout=True, iopub_timeout=5, kernel_name="python3",
+                      startup_timeout=120, record_timing=False,
+                      extra_arguments=["--HistoryManager.hist_file=:memory:"],
+                      resources={"metadata": {"path": cfg["cwd"]}})
+
+    def fail(i, ename, evalue):
+        c = cells[i]
+        c.outputs = list(c.get("outputs", [])) + [nbformat.v4.new_output("error", ename=ename, evalue=evalue,
+                                            traceback=[f"{ename}: {evalue}"])]
+        c.metadata["tfsgrade"] = {"ran": sha(c.source)}
+
+    def not_run(start, why):
+        idx = [k for k in range(start, len(cells)) if cells[k].cell_type == "code"]
+        for k in idx:
+            fail(k, "CellNotRun", f"not run: {why}")
+        if idx:
+            events.append({"cell": idx[0], "kind": "not_run", "cells": idx, "why": why})
+
+    done, i, restarts = [], 0, 0
+    while i < len(cells):
+        crash = None
+        try:
+            c0 = client()
+            with c0.setup_kernel():
+                for k in done:                            # replay, silently, after a restart
+                    if time.monotonic() > deadline:
+                        raise BudgetSpent()
+                    c0.execute_cell(copy.deepcopy(cells[k]), k, store_history=False)
+                while i < len(cells):
+                    c = cells[i]
+                    if c.cell_type != "code":
+                        i += 1
+                        continue
+                    if time.monotonic() > deadline:
+                        raise BudgetSpent()
+                    t = time.monotonic()
+                    try:
+                        c0.execute_cell(c, i)
+                    except (DeadKernelError, CellTimeoutError) as e:
+                        crash = (i, e)
+                        raise
+                    seconds[i] = round(time.monotonic() - t, 3)
+                    c.metadata["tfsgrade"] = {"ran": sha(c.source)}
+                    if any(o.get("ename") == "CellTimeoutError" or
+                           (o.get("ename") == "KeyboardInterrupt" and seconds[i] >= lim["cell_timeout"])
+                           for o in c.outputs):
+                        events.append({"cell": i, "kind": "timeout"})
+                    done.append(i)
+                    i += 1
+        except BudgetSpent:
+            not_run(i, f"the notebook's {lim['notebook_timeout']}s time budget was spent")
+            break
+        except Exception as e:  # noqa: BLE001
+            if crash is None:
+                if done and i < len(cells):
+                    not_run(i, "the kernel could not be restored after a crash "
+                               f"({type(e).__name__})")
+                else:
+                    not_run(i, f"the kernel could not start ({type(e).__name__}: {e})")
+                break
+        if crash is not None:
+            k, e = crash
+            dead = isinstance(crash[1], DeadKernelError)
+            fail(k, "KernelDied" if dead else "CellTimeoutError",
+                 "the kernel died while running this cell (os._exit, a crash or the memory cap)"
+                 if dead else f"the cell ran past the {lim['cell_timeout']}s limit and could not "
+                              "be interrupted; the kernel was restarted")
+            events.append({"cell": k, "kind": "died" if dead else "stuck"})
+            restarts += 1
+            i = k + 1
+            if restarts > lim["max_restarts"]:
+                not_run(i, f"more than {lim['max_restarts']} kernel restarts")
+                break
+    nb.metadata.pop("widgets", None)
+    doc = json.dumps({"notebook": nbformat.writes(nb), "events": events,
+                      "seconds": seconds, "restarts": restarts, "started": started,
+                      "uid": os.getuid()})
+    with os.fdopen(out_fd, "w") as f:
+        f.write(doc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""Copying signals (issue 14, item 6): how much of each submitted solution cell is shared with
+the course's own solution and with every other submission of the class.
+
+We use `copydetect` (MOSS-style winnowing fingerprints): pygments tokenises the cell, names
+become one placeholder and comments and docstrings disappear, so renaming variables, re-wrapping
+lines or rewriting comments changes nothing; k-grams of that token string are hashed and winnowed,
+and the stub the course handed out (its signature) is passed as boilerplate, so only the
+student's own code counts. Before fingerprinting, each cell is parsed and re-printed with
+`ast.unparse` (docstrings and comments dropped, parentheses and line wrapping canonical), so a
+copy that was only re-formatted scores like the original. copydetect fits: it takes code from memory (`fp=`), returns
+the copied slices in the unfiltered text (for highlighting), and needs no server.
+
+A pair is reported when the shared part covers at least `threshold` of BOTH cells (0.9 by default)
+and is at least `min_overlap` filtered characters long (80 by default): one-line exercises
+(`make_padding_mask`) are written the same way by every honest student, so they never count.
+These are signals for a human, never a grade.
+
+Entry points:
+    solution_cells(nb, exercises) -> {exercise: code}
+    compare_class(submissions, assignment, *, source=None, released=None, threshold=0.9,
+                  min_overlap=80) -> list[Pair]
+    cell_similarity(a, b, stub="") -> (score, overlap, spans_a, spans_b)
+    render_html(pairs, title="Similar solution cells") -> str   (an escaped HTML section)
+"""
+from __future__ import annotations
+
+import ast
+import html
+import io
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+COURSE = "course solution"
+K = 20          # copydetect noise threshold: shared runs shorter than this are ignored
+WIN = 1         # winnowing window (guarantee threshold K + WIN - 1)
+PREFILTER = 0.5  # pairs sharing fewer fingerprints than this fraction are not compared in full
+_MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$", re.M)
+
+
+@dataclass
+class Pair:
+    assignment: str
+    exercise: str
+    left: str                 # submission id, or COURSE
+    right: str
+    similarity: float         # shared fraction of the LESS covered cell (min of both sides)
+    overlap: int              # shared filtered characters
+    left_code: str            # the cells as compared (normalise(): no comments, canonical layout)
+    right_code: str
+    left_spans: list = field(default_factory=list)   # [(start, end)] copied parts, char offsets
+    right_spans: list = field(default_factory=list)
+
+    def to_row(self) -> dict:
+        return {"assignment": self.assignment, "exercise": self.exercise, "left": self.left,
+                "right": self.right, "similarity": round(self.similarity, 3),
+                "overlap": self.overlap}
+
+
+def _clean(code: str) -> str:
+    """Blank out the solution markers and IPython lines, keeping every offset."""
+    code = _MARKERS.sub(lambda m: " " * len(m.group(0)), code)
+    return "\n".join(" " * len(ln) if ln.lstrip().startswith(("%", "!")) else ln
+                     for ln in code.split("\n"))
+
+
+def normalise(code: str) -> str:
+    """The code as compared: docstrings and comments dropped and the layout made canonical by
+    ast.unparse (parentheses, line wrapping, number spelling), so that re-formatting changes
+    nothing. Code that does not parse is only cleaned."""
+    code = _clean(code)
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return code
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
+                isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
+def _fingerprint(code: str, boilerplate=None):
+    from copydetect import CodeFingerprint
+    return CodeFingerprint("cell.py", K, WIN, boilerplate=boilerplate,
+                           fp=io.StringIO(normalise(code)), language="python")
+
+
+def _boilerplate(stub: str):
+    if not stub.strip():
+        return None
+    return np.array(sorted(int(h) for h in _fingerprint(stub).hashes), dtype=np.int64)
+
+
+def _spans(slices) -> list[tuple[int, int]]:
+    if slices is None or len(slices) == 0 or len(slices[0]) == 0:
+        return []
+    return [(int(a), int(b)) for a, b in zip(slices[0], slices[1])]
+
+
+def cell_similarity(a: str, b: str, stub: str = ""):
+    """(score, overlap, spans_a, spans_b): score is the shared fraction of the less covered of
+    the two cells after the stub is removed; spans are the copied parts' character ranges in
+    normalise(a) and normalise(b)."""
+    bp = _boilerplate(stub)
+    fa, fb = _fingerprint(a, bp), _fingerprint(b, bp)
+    return _compare(fa, fb)
+
+
+def _compare(fa, fb):
+    from copydetect import compare_files
+    if len(fa.hashes) == 0 or len(fb.hashes) == 0:
+        return 0.0, 0, [], []
+    overlap, sims, slices = compare_files(fa, fb)
+    if not overlap:
+        return 0.0, 0, [], []
+    return float(min(sims)), int(overlap), _spans(slices[0]), _spans(slices[1])
+
+
+def solution_cells(nb, exercises=None) -> dict[str, str]:
+    """exercise (grade_id) -> source of each solution cell; the first cell of a grade_id wins."""
+    out: dict[str, str] = {}
+    for c in nb.cells:
+        meta = c.get("metadata", {}).get("nbgrader") if isinstance(c.get("metadata"), dict) else None
+        meta = meta if isinstance(meta, dict) else {}
+        gid = meta.get("grade_id")
+        if c.get("cell_type") == "code" and meta.get("solution") and isinstance(gid, str) \
+                and gid not in out and (exercises is None or gid in exercises):
+            src = c.get("source", "")
+            out[gid] = "".join(src) if isinstance(src, list) else str(src or "")
+    return out
+
+
+def _course_nb(name: str, folder: str):
+    import nbformat
+    p = Path(__file__).resolve().parents[2] / folder / f"{name}.ipynb"
+    return nbformat.read(p, as_version=4) if p.exists() else None
+
+
+def compare_class(submissions: Mapping[str, object], assignment: str, *, source=None,
+                  released=None, threshold: float = 0.9, min_overlap: int = 80) -> list[Pair]:
+    """Every submission's solution cells against the course's solution (`source`, default
+    solutions/<assignment>.ipynb) and against every other submission's same cell.
+
+    `submissions` maps a student id to the notebook (NotebookNode) they handed in; `released`
+    is the student notebook (its stubs are boilerplate). Returns the pairs at or over
+    `threshold`, most similar first."""
+    source = source if source is not None else _course_nb(assignment, "solutions")
+    released = released if released is not None else _course_nb(assignment, "notebooks")
+    stubs = solution_cells(released) if released is not None else {}
+    course = solution_cells(source) if source is not None else {}
+    exercises = list(stubs or course)
+    cells = {sid: solution_cells(nb, exercises) for sid, nb in submissions.items()}
+    pairs: list[Pair] = []
+    for ex in exercises:
+        bp = _boilerplate(stubs.get(ex, ""))
+        stub_fp = _fingerprint(stubs[ex], bp) if ex in stubs else None
+        prints = {}
+        for sid, cs in cells.items():
+            code = cs.get(ex)
+            if code is None or (ex in stubs and code.strip() == stubs[ex].strip()):
+                continue  # not attempted
+            fp = _fingerprint(code, bp)
+            if stub_fp is not None and len(fp.hashes) == 0:
+                continue
+            prints[sid] = (code, fp)
+        others = list(prints.items())
+        if ex in course:
+            ref = (COURSE, (course[ex], _fingerprint(course[ex], bp)))
+            candidates = [(ref, item) for item in others]
+        else:
+            candidates = []
+        candidates += list(itertools.combinations(others, 2))
+        for (ln, (lc, lf)), (rn, (rc, rf)) in candidates:
+            # cheap pre-filter: a pair over the threshold shares most of its fingerprints
+            shared = len(lf.hashes & rf.hashes)
+            if shared < PREFILTER * min(len(lf.hashes), len(rf.hashes)) or not shared:
+                continue
+            score, overlap, ls, rs = _compare(lf, rf)
+            if score >= threshold and overlap >= min_overlap:
+                pairs.append(Pair(assignment, ex, ln, rn, score, overlap, normalise(lc), normalise(rc),
+                                  ls, rs))
+    pairs.sort(key=lambda p: (-p.similarity, p.assignment, p.exercise, p.left, p.right))
+    return pairs
+
+
+def _highlight(code: str, spans) -> str:
+    out, pos = [], 0
+    for a, b in sorted(spans):
+        a, b = max(a, pos), min(b, len(code))
+        if a >= b:
+            continue
+        out.append(html.escape(code[pos:a]))
+        out.append(f'<mark class="copied">{html.escape(code[a:b])}</mark>')
+        pos = b
+    out.append(html.escape(code[pos:]))
+    return "".join(out)
+
+
+def render_html(pairs: list[Pair], title: str = "Similar solution cells") -> str:
+    """An HTML section (no <html>/<body>) listing each pair with both cells side by side and
+    the shared parts highlighted. Everything from a submission is escaped."""
+    h = [f'<section class="similarity"><h2>{html.escape(title)}</h2>',
+         "<style>.similarity table.pair{width:100%;table-layout:fixed;border-collapse:collapse}"
+         ".similarity td{vertical-align:top;border:1px solid #ccc;padding:4px}"
+         ".similarity pre{white-space:pre-wrap;font-size:12px;margin:0}"
+         ".similarity mark.copied{background:#ffe08a}</style>"]
+    if not pairs:
+        h.append("<p>No pair of solution cells over the threshold.</p></section>")
+        return "".join(h)
+    h.append(f"<p>{len(pairs)} pair(s) of solution cells share most of their code once names, "
+             "comments and the handed-out stub are ignored. A signal for review, not a verdict. "
+             "Cells are shown as compared: comments and docstrings removed, layout made "
+             "canonical; shared parts are highlighted.</p>")
+    for p in pairs:
+        h.append(f"<h3>{html.escape(p.assignment)} / {html.escape(p.exercise)}: "
+                 f"{html.escape(p.left)} and {html.escape(p.right)} "
+                 f"({p.similarity:.0%} shared, {p.overlap} tokens)</h3>")
+        h.append('<table class="pair"><tr>'
+                 f"<th>{html.escape(p.left)}</th><th>{html.escape(p.right)}</th></tr><tr>"
+                 f"<td><pre>{_highlight(p.left_code, p.left_spans)}</pre></td>"
+                 f"<td><pre>{_highlight(p.right_code, p.right_spans)}</pre></td></tr></table>")
+    h.append("</section>")
+    return "".join(h)

@@ -1,0 +1,483 @@
+#| default_exp efficient_attention
+#| forbid online_softmax: torch.softmax F.softmax Tensor.softmax nn.Softmax
+#| forbid flash_attention: F.scaled_dot_product_attention
+# %% [markdown]
+# # 10 · Efficient attention: the online softmax and FlashAttention's idea
+#
+# Attention as written in notebook 01, $\operatorname{softmax}(QK^\top/\sqrt{d_k})\,V$, first
+# builds the whole $L_q \times L_k$ matrix of scores, then its softmax, then multiplies by $V$.
+# That matrix is the problem with long inputs: its size grows with the **square** of the length.
+# In this notebook you:
+#
+# 1. **measure** how much memory naive attention holds as the sequence grows, and see the $L^2$;
+# 2. write the **online softmax** (exercise 1): softmax over a row visited once, block by block,
+#    with a running max and a running sum, exact thanks to one rescaling factor;
+# 3. write **blockwise attention** (exercise 2, `flash_attention`): the same online softmax over
+#    blocks of keys and values, causal or not, equal to `F.scaled_dot_product_attention` and
+#    **never holding the score matrix**; a check watches every tensor your function creates;
+# 4. plot peak memory and time against $L$ for both, on this CPU, and read honestly what a fused
+#    GPU kernel (FlashAttention) adds on top of the algorithm.
+#
+# **How the exercises work.** A cell that says `# YOUR CODE HERE` is yours: replace the
+# `raise NotImplementedError()` with your code. The cell after it checks your work and, when
+# something is off, tells you what and why. Run every cell from the top (*Run → Run All
+# Cells*). Hidden tests with other shapes, block sizes and seeds run when your work is graded.
+#
+# You may **not** call a softmax (`torch.softmax`, `F.softmax`, `Tensor.softmax`, `nn.Softmax`)
+# inside `online_softmax`, nor `F.scaled_dot_product_attention` inside `flash_attention`: the
+# checks notice. Everything else (`torch.exp`, `amax`,
+# `torch.maximum`, matrix products, `masked_fill`) is yours to use.
+
+# %% [setup] setup_imports
+import math
+import os
+import time
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+from tfscratch import plots
+from tfscratch import reference as R
+from tfscratch.checks import efficient_attention as chk
+from tfscratch.fallback import pick
+from tfscratch.memtrack import TensorRecorder, peak_memory
+from tfscratch.widgets import explore
+
+torch.manual_seed(0)
+torch.set_num_threads(1)  # steady timings on a shared machine
+GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))  # autograding: smaller measurements
+%matplotlib inline
+
+# %% [markdown]
+# ## 1. Naive attention holds an $L \times L$ matrix
+#
+# Here is attention exactly as the formula reads, with the optional causal mask of notebook 02
+# (True = may attend). For `B` sequences, `H` heads and length `L`, the scores are a
+# `(B, H, L, L)` tensor: in float32, $4 B H L^2$ bytes, and the softmax makes a second one of the
+# same size.
+
+# %% [export]
+def naive_attention(q, k, v, causal=False):
+    """softmax(q k^T / sqrt(d)) v with the whole (..., Lq, Lk) score matrix in memory."""
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (..., Lq, Lk)
+    if causal:
+        mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v  # (..., Lq, d_v)
+
+# %% [markdown]
+# How much memory does it use? CPU PyTorch keeps no allocator statistics
+# (`torch.cuda.max_memory_allocated` exists for GPUs only), and Python's `tracemalloc` does not
+# see tensor memory. But PyTorch sends every operation through its *dispatcher*, and
+# `tfscratch.memtrack.peak_memory` hooks into it (a `TorchDispatchMode`): it sees every tensor
+# the function creates, counts its bytes while it is alive, and returns the peak.
+
+# %%
+B, H, d = 1, 4, 64
+lengths = [128, 256, 512, 1024] if GRADING else [128, 256, 512, 1024, 2048]
+naive_peak = []
+for L in lengths:
+    q, k, v = torch.randn(3, B, H, L, d).unbind(0)  # three (B, H, L, d) tensors
+    _, peak = peak_memory(naive_attention, q, k, v, causal=True)
+    naive_peak.append(peak / 2**20)
+    print(f"L={L:5d}  peak {peak / 2**20:8.1f} MiB   one (B, H, L, L) float32 matrix: "
+          f"{4 * B * H * L * L / 2**20:8.1f} MiB")
+fig = plots.curves(lengths, {"naive attention, measured peak": naive_peak,
+                             "one (B, H, L, L) float32 matrix": [4 * B * H * L * L / 2**20 for L in lengths],
+                             "q, k, v and the output": [4 * 4 * B * H * L * d / 2**20 for L in lengths]},
+                   xlabel="sequence length L", ylabel="MiB", logy=True, markers=True,
+                   title=f"memory of naive attention (B={B}, H={H}, d={d}, causal)")
+plt.gca().set_xscale("log", base=2)
+
+# %% [markdown]
+# On log-log axes, doubling $L$ multiplies the peak by 4: the slope of an $L^2$ curve. The inputs
+# and the output grow only like $L$. The peak is a few score-sized matrices at once (scores,
+# the masked scores, their softmax, and the boolean mask). At $L = 32\,768$ one float32 score
+# matrix is 4 GiB **per head and per sequence**, and training also keeps it for the backward
+# pass. The numbers you need, though, are only $L \times d$: the output. The rest of this
+# notebook computes that output exactly while holding one block of scores at a time.
+#
+# ## 2. The online softmax
+#
+# Notebook 01's stable softmax makes **two passes** over a row: one to find the max $m$, one to
+# sum $\ell = \sum_j e^{x_j - m}$ (and then a last step to write $e^{x_i - m} / \ell$). Can we find
+# $m$ and $\ell$ in **one** pass, reading the row in blocks, without knowing the max in advance?
+#
+# Keep a running max $m$ and a running sum $\ell$ of $e^{x_j - m}$ over the entries seen so far.
+# A new block $x_{\text{blk}}$ arrives:
+#
+# $$m_\text{new} = \max\big(m_\text{old},\ \max_j x_{\text{blk}, j}\big), \qquad
+# \ell_\text{new} = \ell_\text{old}\, e^{m_\text{old} - m_\text{new}} + \sum_j e^{x_{\text{blk}, j} - m_\text{new}}$$
+#
+# **Why the rescale is exact.** Every term already in $\ell_\text{old}$ is $e^{x_j - m_\text{old}}$.
+# We want it as $e^{x_j - m_\text{new}}$, and
+# $e^{x_j - m_\text{new}} = e^{x_j - m_\text{old}} \cdot e^{m_\text{old} - m_\text{new}}$, for every $j$
+# at once: one multiplication fixes the whole old sum. No approximation is made; only the
+# order of the floating-point additions differs from the two-pass softmax. Since
+# $m_\text{new} \ge m_\text{old}$, the factor is at most 1: nothing overflows. (The inverted
+# factor, $e^{m_\text{new} - m_\text{old}}$, grows the old terms instead of shrinking them.)
+# After the last block, $m$ is the row's max and $\ell$ its sum, and the softmax is
+# $e^{x_i - m}/\ell$.
+#
+# One detail: masked entries are $-\infty$. If the running max starts at $-\infty$ and a whole
+# block is $-\infty$, then $m_\text{old} - m_\text{new} = -\infty - (-\infty)$ is NaN. Start the
+# running max at the lowest **finite** number, `torch.finfo(x.dtype).min`, and that case gives
+# $e^{-\infty} = 0$ as it should.
+#
+# ### Exercise 1: `online_softmax`
+#
+# `online_softmax(x, block_size)`: softmax of `x` over its **last** axis, for any leading axes.
+# Visit the last axis once, in blocks `x[..., s:s + block_size]` (the last block may be
+# shorter), updating a running max and a running sum of shape `(..., 1)`; then return
+# `exp(x - m) / l` with the final `m` and `l`. Every max and sum you take must cover **one block
+# at most** (the checks watch the reductions you make). Keep `x`'s dtype.
+
+# %% [solution] online_softmax
+def online_softmax(x, block_size):
+    """Softmax of `x` over its last axis, visiting that axis once, in blocks of `block_size`.
+
+    x: (..., N) float tensor. Returns the same shape. A running max m and a running sum
+    l = sum exp(x_j - m) over the blocks seen so far are updated block by block; when the max
+    grows, the old sum is rescaled by exp(m_old - m_new).
+    """
+    ### BEGIN SOLUTION
+    N = x.size(-1)
+    lowest = torch.finfo(x.dtype).min  # a finite "minus infinity": keeps exp(m_old - m_new) free of NaN
+    m = torch.full(x.shape[:-1] + (1,), lowest, dtype=x.dtype, device=x.device)  # running max
+    l = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype, device=x.device)  # running sum
+    for start in range(0, N, block_size):
+        block = x[..., start:start + block_size]  # (..., b)
+        m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
+        l = l * torch.exp(m - m_new) + torch.exp(block - m_new).sum(dim=-1, keepdim=True)
+        m = m_new
+    return torch.exp(x - m) / l  # one elementwise step with the final max and sum
+    ### END SOLUTION
+
+# %% [markdown]
+# Run the checks. Each prints a ✔ line when it passes, or tells you what is wrong.
+
+# %% [test] test_online_softmax_values 2
+chk.check_online_softmax_values(online_softmax)
+### BEGIN HIDDEN TESTS
+chk.check_online_softmax_values(online_softmax, seed=606, cases=[((7, 33), 6), ((2, 2, 5), 2), ((50,), 7)],
+                                scale=9.0)
+### END HIDDEN TESTS
+
+# %% [test] test_online_softmax_blocks 2
+chk.check_online_softmax_blocks(online_softmax)
+### BEGIN HIDDEN TESTS
+chk.check_online_softmax_blocks(online_softmax, seed=4242, cases=[((2, 3, 31), 4), ((5, 64), 16), ((3, 17), 3)])
+### END HIDDEN TESTS
+
+# %% [test] test_online_softmax_masked 1
+chk.check_online_softmax_masked(online_softmax)
+
+# %% [test] test_online_softmax_random 2
+chk.check_online_softmax_against_torch(online_softmax)
+### BEGIN HIDDEN TESTS
+chk.check_online_softmax_against_torch(online_softmax, seed=8128,
+                                       cases=[((3, 4, 19), 5), ((1, 100), 9), ((6, 8), 8), ((2, 13), 20)],
+                                       scale=12.0)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Watch the running max and sum
+#
+# One row of 48 scores, visited in blocks. The left panel shows the row and each block's
+# extent; the right one the running max and the running sum after each block. When a block
+# brings a new maximum, the sum **drops**: its old terms were rescaled by
+# $e^{m_\text{old} - m_\text{new}} < 1$. The final values are the row's max and
+# $\sum_j e^{x_j - \max}$, whatever the block size. Move `block_size` in the explorer.
+
+# %%
+row = torch.randn(48, generator=torch.Generator().manual_seed(4)) * 2 + torch.linspace(0, 4, 48)
+softmax_fn = pick("online_softmax", lambda: online_softmax, lambda: R.online_softmax,
+                  check=lambda f: f(row[None], 8))
+
+
+def draw_online(block_size=8):
+    ms, ls, ends = [], [], []
+    m, l = torch.tensor(torch.finfo(row.dtype).min), torch.tensor(0.0)
+    for s in range(0, row.numel(), block_size):
+        blk = row[s:s + block_size]
+        m_new = torch.maximum(m, blk.max())
+        l = l * torch.exp(m - m_new) + torch.exp(blk - m_new).sum()
+        m = m_new
+        ms.append(m.item())
+        ls.append(l.item())
+        ends.append(min(s + block_size, row.numel()))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.2))
+    ax1.bar(range(row.numel()), row.tolist(), color="tab:gray")
+    for e in ends[:-1]:
+        ax1.axvline(e - 0.5, color="tab:red", lw=0.8)
+    ax1.set(xlabel="position in the row", ylabel="score", title=f"the row, in blocks of {block_size}")
+    ax2.plot(ends, ms, "o-", label="running max m")
+    ax2.plot(ends, ls, "s-", label="running sum l")
+    ax2.axhline(row.max().item(), color="tab:blue", ls=":", lw=1)
+    ax2.axhline(torch.exp(row - row.max()).sum().item(), color="tab:orange", ls=":", lw=1)
+    ax2.set(xlabel="entries seen", title="running statistics (dotted: the two-pass values)")
+    ax2.legend()
+    fig.tight_layout()
+    return fig
+
+
+fig = draw_online(8)
+diff = (softmax_fn(row[None], 8) - torch.softmax(row[None], -1)).abs().max().item()
+print(f"largest difference from torch.softmax: {diff:.1e}")
+explorer = explore(draw_online, block_size=(1, 48, 1, 8))
+
+# %% [markdown]
+# ## 3. Blockwise attention
+#
+# Attention is a softmax over the keys followed by a weighted sum of the values. The online
+# softmax extends to it directly. For every query row keep, besides $m$ and $\ell$, an
+# **accumulator** $a$ of size $d_v$: the running sum $\sum_j e^{s_j - m} v_j$ of the values
+# weighted by the *unnormalised* probabilities. For each block of keys $K_\text{blk}$ and
+# values $V_\text{blk}$ (say 64 of them):
+#
+# $$S = Q K_\text{blk}^\top / \sqrt{d_k} \quad (L_q \times b), \qquad
+# m_\text{new} = \max(m, \operatorname{rowmax} S), \qquad P = e^{S - m_\text{new}}$$
+#
+# $$\alpha = e^{m - m_\text{new}}, \qquad \ell \leftarrow \alpha\,\ell + \operatorname{rowsum} P,
+# \qquad a \leftarrow \alpha\, a + P\, V_\text{blk}, \qquad m \leftarrow m_\text{new}$$
+#
+# and at the end the output is $a / \ell$. The accumulator gets **the same factor** $\alpha$ as
+# the sum, for the same reason: its old terms were weighted by $e^{s_j - m_\text{old}}$. The
+# largest tensor is one block of scores, $L_q \times b$: memory grows like $L$, not $L^2$. This
+# is the algorithm of FlashAttention (Dao et al., 2022), which also splits the *queries* into
+# blocks so that everything fits in a GPU's fast on-chip memory.
+#
+# **The causal mask, one block at a time.** Query $i$ may attend to key $j$ when $j \le i$.
+# Don't build the $L \times L$ mask: for the block starting at `start`, the key positions are
+# `start, ..., start + b - 1`, and the `(Lq, b)` comparison of query positions with them is that
+# block's mask. Forgetting the offset `start` (comparing with `0..b-1`) is the classic bug.
+# With $L_q = L_k$ every row sees key 0 in the first block, so its running max is finite from
+# then on, and later fully masked blocks add $e^{-\infty} = 0$.
+#
+# ### Exercise 2: `flash_attention`
+#
+# `flash_attention(q, k, v, block_size=64, causal=False)` with `q (..., Lq, d)`,
+# `k (..., Lk, d)`, `v (..., Lk, d_v)` and any leading axes (batch, heads) returns the output
+# `(..., Lq, d_v)` of $\operatorname{softmax}(QK^\top/\sqrt{d})V$, equal to
+# `F.scaled_dot_product_attention(q, k, v, is_causal=causal)`. With `causal=True`, `Lq == Lk`
+# and query $i$ sees keys $0..i$.
+#
+# Loop over blocks of `block_size` keys and values (the last may be shorter) with a running
+# max, sum and accumulator per query. **No tensor you create may hold an $L_q \times L_k$
+# matrix for one (batch, head) slice** when `block_size < Lk`, the causal mask included: the
+# check records every tensor your function makes. Keep the computation differentiable and the
+# input's dtype.
+
+# %% [solution] flash_attention
+def flash_attention(q, k, v, block_size=64, causal=False):
+    """softmax(q k^T / sqrt(d)) v, computed over blocks of keys and values with an online softmax.
+
+    q: (..., Lq, d)   k: (..., Lk, d)   v: (..., Lk, d_v)   -> (..., Lq, d_v).
+    causal=True (with Lq == Lk): query i attends to keys 0..i only. No tensor ever holds an
+    (Lq, Lk) matrix for one (batch, head) slice: scores exist one (Lq, block) block at a time.
+    """
+    ### BEGIN SOLUTION
+    Lq, Lk = q.size(-2), k.size(-2)
+    scale = 1.0 / math.sqrt(q.size(-1))
+    lowest = torch.finfo(q.dtype).min
+    m = torch.full(q.shape[:-1] + (1,), lowest, dtype=q.dtype, device=q.device)  # (..., Lq, 1)
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype, device=q.device)  # (..., Lq, 1)
+    acc = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=q.dtype, device=q.device)  # (..., Lq, d_v)
+    q_pos = torch.arange(Lq, device=q.device)[:, None]  # (Lq, 1)
+    for start in range(0, Lk, block_size):
+        k_blk = k[..., start:start + block_size, :]  # (..., b, d)
+        v_blk = v[..., start:start + block_size, :]  # (..., b, d_v)
+        s = (q @ k_blk.transpose(-2, -1)) * scale  # (..., Lq, b): one block of scores
+        if causal:
+            k_pos = torch.arange(start, start + k_blk.size(-2), device=q.device)[None, :]  # (1, b)
+            s = s.masked_fill(k_pos > q_pos, float("-inf"))  # (Lq, b) mask: this block only
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        p = torch.exp(s - m_new)  # (..., Lq, b), masked entries give exp(-inf) = 0
+        alpha = torch.exp(m - m_new)  # rescales what was summed under the old max
+        l = l * alpha + p.sum(dim=-1, keepdim=True)
+        acc = acc * alpha + p @ v_blk
+        m = m_new
+    return acc / l
+    ### END SOLUTION
+
+# %% [test] test_flash_attention_values 2
+chk.check_flash_values(flash_attention)
+### BEGIN HIDDEN TESTS
+chk.check_flash_values(flash_attention, seed=515, cases=[((), 9, 30, 6, 3, 7), ((2, 2), 17, 17, 5, 9, 16),
+                                                         ((3,), 4, 40, 8, 2, 40), ((1,), 12, 25, 4, 4, 1)])
+### END HIDDEN TESTS
+
+# %% [test] test_flash_attention_causal 2
+chk.check_flash_causal(flash_attention)
+### BEGIN HIDDEN TESTS
+chk.check_flash_causal(flash_attention, seed=717, cases=[((2, 2), 33, 33, 8, 5, 6), ((), 19, 19, 4, 4, 19),
+                                                         ((4,), 26, 26, 6, 6, 3)])
+### END HIDDEN TESTS
+
+# %% [test] test_flash_attention_memory 3
+chk.check_flash_memory(flash_attention)
+### BEGIN HIDDEN TESTS
+chk.check_flash_memory(flash_attention, seed=1234, cases=[((3, 2), 40, 40, 6, 4, 8, True),
+                                                          ((2, 2), 30, 45, 5, 7, 9, False),
+                                                          ((), 64, 64, 8, 8, 32, True)])
+### END HIDDEN TESTS
+
+# %% [test] test_flash_attention_gradient 1
+chk.check_flash_gradient(flash_attention)
+
+# %% [test] test_flash_attention_random 2
+chk.check_flash_against_torch(flash_attention)
+### BEGIN HIDDEN TESTS
+chk.check_flash_against_torch(flash_attention, seed=31337, scale=3.0,
+                              cases=[((2, 3), 37, 37, 8, 8, 10, True), ((2,), 21, 50, 6, 10, 12, False),
+                                     ((1, 1), 64, 64, 16, 16, 64, True), ((3,), 45, 45, 4, 12, 7, True)])
+chk.check_flash_against_torch(flash_attention, seed=99, dtype=torch.float64,
+                              cases=[((2, 2), 30, 30, 8, 8, 7, True), ((2,), 18, 27, 4, 4, 5, False)])
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### What the recorder saw
+#
+# The memory check runs your function under `TensorRecorder`, which lists every operation and
+# the shape of every tensor it produced. Here are the largest tensors each version creates for
+# one head of length 256 with blocks of 64: the naive version's `(256, 256)` scores, mask and
+# probabilities, and only `(256, 64)` blocks in yours.
+
+# %%
+flash_fn = pick("flash_attention", lambda: flash_attention, lambda: R.flash_attention,
+                check=lambda f: f(*torch.randn(3, 1, 8, 4).unbind(0), block_size=4))
+q, k, v = torch.randn(3, 1, 1, 256, 32).unbind(0)  # (B=1, H=1, L=256, d=32) each
+for name, fn in (("naive", lambda: naive_attention(q, k, v, causal=True)),
+                 ("blockwise", lambda: flash_fn(q, k, v, block_size=64, causal=True))):
+    with TensorRecorder() as rec:
+        fn()
+    sizes = sorted({(math.prod(s), s, r.op) for r in rec.records for s in r.out_shapes}, reverse=True)
+    print(f"{name:>9}: largest tensors created: " + ", ".join(f"{s} by {op}" for _, s, op in sizes[:3]))
+same = torch.allclose(flash_fn(q, k, v, block_size=64, causal=True),
+                      F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-5)
+print(f"blockwise output equal to F.scaled_dot_product_attention: {same}")
+
+# %% [markdown]
+# ## 4. Memory and time against $L$, on this CPU
+#
+# Both versions on one sequence of 4 heads, $d = 64$, causal, blocks of 128 keys. Peak memory
+# is measured as in section 1; time is the best of a few runs.
+
+# %%
+def best_time(fn, repeats=3):
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+lengths = [256, 512, 1024] if GRADING else [256, 512, 1024, 2048, 4096]
+stats = {"naive": ([], []), "blockwise (128 keys per block)": ([], [])}
+with torch.no_grad():
+    for L in lengths:
+        q, k, v = torch.randn(3, 1, 4, L, 64).unbind(0)
+        runs = {"naive": lambda: naive_attention(q, k, v, causal=True),
+                "blockwise (128 keys per block)": lambda: flash_fn(q, k, v, block_size=128, causal=True)}
+        for name, fn in runs.items():
+            _, peak = peak_memory(fn)
+            stats[name][0].append(peak / 2**20)
+            stats[name][1].append(best_time(fn) * 1000)
+        print(f"L={L:5d}  " + "   ".join(f"{n.split()[0]}: {stats[n][0][-1]:7.1f} MiB {stats[n][1][-1]:7.1f} ms"
+                                         for n in stats))
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
+for name, (mem, ms) in stats.items():
+    ax1.plot(lengths, mem, "o-", label=name)
+    ax2.plot(lengths, ms, "o-", label=name)
+ax1.set(xscale="log", yscale="log", xlabel="sequence length L", ylabel="peak MiB",
+        title="peak memory: L^2 against L")
+ax2.set(xscale="log", yscale="log", xlabel="sequence length L", ylabel="ms (best of 3)",
+        title="time on this CPU (one thread)")
+for ax in (ax1, ax2):
+    ax.set_xscale("log", base=2)
+    ax.grid(alpha=0.3)
+    ax.legend()
+fig.tight_layout()
+
+# %% [markdown]
+# **Memory** is the win: the naive peak grows fourfold per doubling, the blockwise one twofold
+# (the inputs, the output, one block of scores). **Time** barely changes: both do the same
+# $O(L^2 d)$ arithmetic. On a CPU the blockwise loop pays Python and per-operation overhead at
+# short lengths; at long ones it can come out a little ahead, because its small blocks stay in
+# the CPU's caches while the naive version streams several $L \times L$ matrices through main
+# memory. It also cannot skip the blocks that the causal mask hides entirely (a real kernel
+# does, halving the work). Expect these timings to move by tens of percent from run to run on a
+# shared machine; the memory figures do not.
+#
+# ### What a fused GPU kernel adds
+#
+# The code above shows the *algorithm*, not the speed. On a GPU, FlashAttention is fast because
+# the whole loop is **one kernel**: a block of queries, its running $m$, $\ell$ and accumulator
+# stay in the streaming multiprocessor's on-chip SRAM (registers and shared memory, tens of
+# MiB in total, roughly ten times the bandwidth of the GPU's main memory), key and value
+# blocks are streamed through it, and the $L \times L$ scores never travel to main memory at all.
+# Naive attention is limited by that traffic, not by arithmetic: it writes the scores, reads them
+# back for the softmax, writes the probabilities and reads them again for $PV$. The fused kernel
+# reads $Q, K, V$ once and writes the output once. It also skips fully masked causal blocks,
+# and for training it stores only $m$ and $\ell$ per row and *recomputes* the score blocks in
+# the backward pass, which is cheaper than storing them. Each PyTorch operation in our loop, by
+# contrast, is a separate kernel that round-trips through main memory.
+# `F.scaled_dot_product_attention` picks such a fused kernel when one is available.
+
+# %% [markdown]
+# ## Questions to answer in your own words
+#
+# Write a few sentences in each answer cell (double-click it to edit). These answers are
+# read and graded by your instructor; the model answers are not in your notebook.
+
+# %% [markdown]
+# **Question 1.** In the online softmax, when a new block raises the running maximum from
+# $m_\text{old}$ to $m_\text{new}$, the running sum is multiplied by
+# $e^{m_\text{old} - m_\text{new}}$. Why does this keep the final result exact?
+
+# %% [answer] q_online_rescale 1
+# ### BEGIN SOLUTION
+# The running sum holds $\sum_j e^{x_j - m_\text{old}}$ over the blocks seen so far. Multiplying
+# by $e^{m_\text{old} - m_\text{new}}$ turns every term into $e^{x_j - m_\text{new}}$: the same
+# sum, now measured against the new maximum. After the last block every term uses the global
+# maximum, exactly as the two-pass softmax has it. Nothing is approximated; only the reference
+# point of the exponentials moves (and since $m_\text{new} \ge m_\text{old}$ the factor is at
+# most 1, so nothing overflows).
+# ### END SOLUTION
+
+# %% [markdown]
+# **Question 2.** The blockwise attention here is not faster than the naive one on this CPU,
+# yet FlashAttention is much faster on a GPU. What does a fused GPU kernel save that our
+# Python loop does not?
+
+# %% [answer] q_fused_kernel 1
+# ### BEGIN SOLUTION
+# Memory traffic. A fused kernel keeps each block of scores, its running max and sum, and the
+# output accumulator in fast on-chip memory (registers and shared memory) and writes only the
+# final output to the GPU's main memory (HBM). Our loop runs one PyTorch operation per step,
+# and each operation reads its inputs from and writes its result to main memory, so the
+# (Lq, block) tiles make round trips the fused kernel avoids. Attention is limited by memory
+# bandwidth, not arithmetic, so saving that traffic is where the speed comes from.
+# ### END SOLUTION
+
+# %% [markdown]
+# ## 5. Mistakes worth recognising
+#
+# The checks above name each of these.
+#
+# | mistake | what happens |
+# | --- | --- |
+# | the running sum is not rescaled when the max grows | old terms stay relative to a stale max: rows sum to more than 1 |
+# | the factor inverted, $e^{m_\text{new} - m_\text{old}}$ | old terms grow instead of shrinking; wrong, and may overflow |
+# | the accumulator not rescaled (only the sum) | the output is dominated by early blocks |
+# | running max started at $-\infty$ | a block of masked entries gives $-\infty - (-\infty)$ = NaN |
+# | causal mask compared with positions inside the block | every block is masked as if it were the first: the model sees the future |
+# | the causal mask built for all $L \times L$ positions and sliced | correct values, and the $L^2$ memory is back |
+# | scaling by $\sqrt{d_v}$ or $d_k$ | wrong as soon as the value size differs or $d_k > 1$ |
+# | a max over the whole row first, then blocks | a two-pass softmax: right values, but not online |
+#
+# **Next:** the whole course is behind you; notebook 09 shows the rest of a modern decoder
+# (RMSNorm, rotary positions, SwiGLU, grouped-query attention), and FlashAttention's paper
+# (Dao et al., 2022) is now a short read.

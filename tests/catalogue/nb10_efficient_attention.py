@@ -1,0 +1,277 @@
+"""Catalogue for 10_efficient_attention: realistic mistakes and correct variants.
+
+Most entries are the solution with one thing changed; `_edit` applies the change and fails
+loudly if the text it replaces is not there (so the catalogue cannot silently drift)."""
+from . import Mistake, Variant
+
+ASSIGNMENT = "10_efficient_attention"
+EXERCISES = ["online_softmax", "flash_attention"]
+
+SOFTMAX = '''
+def online_softmax(x, block_size):
+    N = x.size(-1)
+    lowest = torch.finfo(x.dtype).min
+    m = torch.full(x.shape[:-1] + (1,), lowest, dtype=x.dtype, device=x.device)
+    l = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype, device=x.device)
+    for start in range(0, N, block_size):
+        block = x[..., start:start + block_size]
+        m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
+        l = l * torch.exp(m - m_new) + torch.exp(block - m_new).sum(dim=-1, keepdim=True)
+        m = m_new
+    return torch.exp(x - m) / l
+'''
+
+FLASH = '''
+def flash_attention(q, k, v, block_size=64, causal=False):
+    Lq, Lk = q.size(-2), k.size(-2)
+    scale = 1.0 / math.sqrt(q.size(-1))
+    lowest = torch.finfo(q.dtype).min
+    m = torch.full(q.shape[:-1] + (1,), lowest, dtype=q.dtype, device=q.device)
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype, device=q.device)
+    acc = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=q.dtype, device=q.device)
+    q_pos = torch.arange(Lq, device=q.device)[:, None]
+    for start in range(0, Lk, block_size):
+        k_blk = k[..., start:start + block_size, :]
+        v_blk = v[..., start:start + block_size, :]
+        s = (q @ k_blk.transpose(-2, -1)) * scale
+        if causal:
+            k_pos = torch.arange(start, start + k_blk.size(-2), device=q.device)[None, :]
+            s = s.masked_fill(k_pos > q_pos, float("-inf"))
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        p = torch.exp(s - m_new)
+        alpha = torch.exp(m - m_new)
+        l = l * alpha + p.sum(dim=-1, keepdim=True)
+        acc = acc * alpha + p @ v_blk
+        m = m_new
+    return acc / l
+'''
+
+
+def _edit(base, *pairs):
+    out = base
+    for old, new in zip(pairs[::2], pairs[1::2]):
+        assert old in out, f"catalogue edit does not apply: {old!r}"
+        out = out.replace(old, new)
+    return out
+
+
+S, A = "online_softmax", "flash_attention"
+L_UPDATE = "        l = l * torch.exp(m - m_new) + torch.exp(block - m_new).sum(dim=-1, keepdim=True)\n"
+
+MISTAKES = [
+    # ---------------------------------------------------------------- online_softmax
+    Mistake(S, "the running sum is not rescaled when the max grows", r"running sum is not rescaled",
+            _edit(SOFTMAX, L_UPDATE, "        l = l + torch.exp(block - m_new).sum(dim=-1, keepdim=True)\n")),
+    Mistake(S, "rescales with exp(m_new - m_old) instead of exp(m_old - m_new)", r"m_new - m_old",
+            _edit(SOFTMAX, "l * torch.exp(m - m_new)", "l * torch.exp(m_new - m)")),
+    Mistake(S, "each block normalised on its own (a softmax per block, concatenated)",
+            r"normalised on its own", '''
+def online_softmax(x, block_size):
+    outs = []
+    for start in range(0, x.size(-1), block_size):
+        block = x[..., start:start + block_size]
+        e = torch.exp(block - block.amax(dim=-1, keepdim=True))
+        outs.append(e / e.sum(dim=-1, keepdim=True))
+    return torch.cat(outs, dim=-1)
+'''),
+    Mistake(S, "N // block_size blocks: the last, shorter block is never visited",
+            r"last, shorter block", _edit(SOFTMAX, "range(0, N, block_size)",
+                                          "range(0, N - block_size + 1, block_size)")),
+    Mistake(S, "two passes: the max of the whole row first, then the sum in blocks",
+            r"at once.*two-pass", '''
+def online_softmax(x, block_size):
+    m = x.amax(dim=-1, keepdim=True)
+    l = torch.zeros_like(m)
+    for start in range(0, x.size(-1), block_size):
+        l = l + torch.exp(x[..., start:start + block_size] - m).sum(dim=-1, keepdim=True)
+    return torch.exp(x - m) / l
+'''),
+    Mistake(S, "the running max starts at -inf: a fully masked block gives NaN",
+            r"exp\(-inf - \(-inf\)\)", _edit(SOFTMAX, "lowest = torch.finfo(x.dtype).min",
+                                            "lowest = float('-inf')")),
+    Mistake(S, "no max at all: exp of the raw scores, summed in blocks", r"overflow", '''
+def online_softmax(x, block_size):
+    l = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype)
+    for start in range(0, x.size(-1), block_size):
+        l = l + torch.exp(x[..., start:start + block_size]).sum(dim=-1, keepdim=True)
+    return torch.exp(x) / l
+'''),
+    Mistake(S, "each block's sum uses its own max, and the sums are added unrescaled",
+            r"own max", _edit(SOFTMAX, L_UPDATE,
+                              "        l = l + torch.exp(block - block.amax(dim=-1, keepdim=True)).sum(dim=-1, keepdim=True)\n")),
+    Mistake(S, "calls torch.softmax", r"shortcut", '''
+def online_softmax(x, block_size):
+    return torch.softmax(x, dim=-1)
+'''),
+    Mistake(S, "always returns float32", r"dtype", _edit(SOFTMAX, "    return torch.exp(x - m) / l",
+                                                         "    return (torch.exp(x - m) / l).float()")),
+    # ---------------------------------------------------------------- flash_attention
+    Mistake(A, "scales by sqrt(d_v), the value size", r"sqrt\(d_v\)",
+            _edit(FLASH, "math.sqrt(q.size(-1))", "math.sqrt(v.size(-1))")),
+    Mistake(A, "divides the scores by d_k instead of sqrt(d_k)", r"by d_k, not sqrt",
+            _edit(FLASH, "1.0 / math.sqrt(q.size(-1))", "1.0 / q.size(-1)")),
+    Mistake(A, "forgets to rescale the accumulator", r"accumulator is not rescaled",
+            _edit(FLASH, "acc = acc * alpha + p @ v_blk", "acc = acc + p @ v_blk")),
+    Mistake(A, "forgets to rescale the running sum", r"running sum is not rescaled",
+            _edit(FLASH, "l = l * alpha + p.sum", "l = l + p.sum")),
+    Mistake(A, "rescales with exp(m_new - m_old)", r"m_new - m_old",
+            _edit(FLASH, "alpha = torch.exp(m - m_new)", "alpha = torch.exp(m_new - m)")),
+    Mistake(A, "never divides by the running sum", r"never divided",
+            _edit(FLASH, "    return acc / l", "    return acc")),
+    Mistake(A, "causal mask with key positions counted inside the block (no offset)",
+            r"offset the key positions", _edit(
+                FLASH, "torch.arange(start, start + k_blk.size(-2), device=q.device)",
+                "torch.arange(k_blk.size(-2), device=q.device)")),
+    Mistake(A, "causal mask that hides the diagonal too", r"diagonal",
+            _edit(FLASH, "k_pos > q_pos", "k_pos >= q_pos")),
+    Mistake(A, "causal mask inverted (hides the past)", r"hides the past",
+            _edit(FLASH, "k_pos > q_pos", "k_pos < q_pos")),
+    Mistake(A, "ignores causal=True", r"causal=True is ignored",
+            _edit(FLASH, "        if causal:\n", "        if False:\n")),
+    Mistake(A, "materialises the full score matrix (naive attention with the right signature)",
+            r"Lq x Lk.*score or mask", '''
+def flash_attention(q, k, v, block_size=64, causal=False):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+'''),
+    Mistake(A, "blockwise scores but one full (L, L) causal mask, sliced per block",
+            r"full tril mask counts", _edit(
+                FLASH, "    q_pos = torch.arange(Lq, device=q.device)[:, None]\n",
+                "    full = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril()\n",
+                "            k_pos = torch.arange(start, start + k_blk.size(-2), device=q.device)[None, :]\n"
+                "            s = s.masked_fill(k_pos > q_pos, float(\"-inf\"))\n",
+                "            s = s.masked_fill(~full[:, start:start + block_size], float(\"-inf\"))\n")),
+    Mistake(A, "runs under torch.no_grad(): nothing to backpropagate", r"does not require grad",
+            "@torch.no_grad()" + FLASH),
+    Mistake(A, "calls F.scaled_dot_product_attention", r"shortcut", '''
+def flash_attention(q, k, v, block_size=64, causal=False):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+'''),
+    Mistake(A, "always computes in float32", r"dtype",
+            _edit(FLASH, "    return acc / l", "    return (acc / l).float()")),
+]
+
+VARIANTS = [
+    # ---------------------------------------------------------------- online_softmax
+    Variant(S, "a while loop, -inf start and a torch.where guard on the rescale factor", '''
+def online_softmax(x, block_size):
+    m = torch.full_like(x[..., :1], float("-inf"))
+    l = torch.zeros_like(m)
+    i = 0
+    while i < x.shape[-1]:
+        block = x[..., i:i + block_size]
+        m_new = torch.maximum(m, block.max(dim=-1, keepdim=True).values)
+        both_inf = torch.isneginf(m_new)
+        alpha = torch.where(both_inf, torch.zeros_like(m), torch.exp(m - m_new))
+        safe = torch.where(both_inf, torch.zeros_like(m_new), m_new)
+        l = l * alpha + torch.exp(block - safe).sum(dim=-1, keepdim=True)
+        m = m_new
+        i += block_size
+    return torch.exp(x - m) / l
+'''),
+    Variant(S, "float64 accumulators, torch.split over the blocks", '''
+def online_softmax(x, block_size):
+    m = torch.full(x.shape[:-1] + (1,), -1e300, dtype=torch.float64)
+    l = torch.zeros(x.shape[:-1] + (1,), dtype=torch.float64)
+    for block in torch.split(x.double(), block_size, dim=-1):
+        m_new = torch.maximum(m, block.amax(-1, keepdim=True))
+        l = l * (m - m_new).exp() + (block - m_new).exp().sum(-1, keepdim=True)
+        m = m_new
+    return ((x.double() - m).exp() / l).to(x.dtype)
+'''),
+    Variant(S, "log domain: a running logsumexp of the blocks", '''
+def online_softmax(x, block_size):
+    lse = torch.full_like(x[..., :1], float("-inf"))
+    for start in range(0, x.size(-1), block_size):
+        block_lse = torch.logsumexp(x[..., start:start + block_size], dim=-1, keepdim=True)
+        lse = torch.logaddexp(lse, block_lse)
+    return torch.exp(x - lse)
+'''),
+    Variant(S, "keeps each block's exponentials and rescales them all at the end", '''
+def online_softmax(x, block_size):
+    lowest = torch.finfo(x.dtype).min
+    m = torch.full(x.shape[:-1] + (1,), lowest, dtype=x.dtype)
+    l = torch.zeros_like(m)
+    parts = []
+    for start in range(0, x.size(-1), block_size):
+        block = x[..., start:start + block_size]
+        m_new = torch.maximum(m, block.amax(-1, keepdim=True))
+        e = torch.exp(block - m_new)
+        l = l * torch.exp(m - m_new) + e.sum(-1, keepdim=True)
+        parts.append((e, m_new))
+        m = m_new
+    return torch.cat([e * torch.exp(mb - m) for e, mb in parts], dim=-1) / l
+'''),
+    # ---------------------------------------------------------------- flash_attention
+    Variant(A, "blocks of queries too, skipping fully masked key blocks (as a real kernel does)", '''
+def flash_attention(q, k, v, block_size=64, causal=False):
+    Lq, Lk, scale = q.size(-2), k.size(-2), q.size(-1) ** -0.5
+    rows = []
+    for qs in range(0, Lq, block_size):
+        qb = q[..., qs:qs + block_size, :]
+        qpos = torch.arange(qs, qs + qb.size(-2))[:, None]
+        m = torch.full(qb.shape[:-1] + (1,), torch.finfo(q.dtype).min, dtype=q.dtype)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(qb.shape[:-1] + (v.size(-1),), dtype=q.dtype)
+        k_end = min(Lk, qs + qb.size(-2)) if causal else Lk
+        for ks in range(0, k_end, block_size):
+            s = qb @ k[..., ks:ks + block_size, :].transpose(-2, -1) * scale
+            if causal:
+                kpos = torch.arange(ks, ks + s.size(-1))[None, :]
+                s = s.masked_fill(kpos > qpos, float("-inf"))
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            p = torch.exp(s - m_new)
+            alpha = torch.exp(m - m_new)
+            l = alpha * l + p.sum(-1, keepdim=True)
+            acc = alpha * acc + p @ v[..., ks:ks + block_size, :]
+            m = m_new
+        rows.append(acc / l)
+    return torch.cat(rows, dim=-2)
+'''),
+    Variant(A, "float64 accumulators and einsum", '''
+def flash_attention(q, k, v, block_size=64, causal=False):
+    qd, kd, vd = q.double(), k.double(), v.double()
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    m = torch.full(q.shape[:-1] + (1,), -1e300, dtype=torch.float64)
+    l = torch.zeros_like(m)
+    acc = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=torch.float64)
+    for start in range(0, Lk, block_size):
+        end = min(start + block_size, Lk)
+        s = torch.einsum("...qd,...kd->...qk", qd, kd[..., start:end, :]) / math.sqrt(q.shape[-1])
+        if causal:
+            allowed = torch.arange(start, end)[None, :] <= torch.arange(Lq)[:, None]
+            s = torch.where(allowed, s, torch.tensor(float("-inf"), dtype=s.dtype))
+        m_new = torch.maximum(m, s.max(-1, keepdim=True).values)
+        p = (s - m_new).exp()
+        alpha = (m - m_new).exp()
+        l = alpha * l + p.sum(-1, keepdim=True)
+        acc = alpha * acc + torch.einsum("...qk,...kd->...qd", p, vd[..., start:end, :])
+        m = m_new
+    return (acc / l).to(q.dtype)
+'''),
+    Variant(A, "a while loop, -inf start with a torch.where guard, masked_fill with ~allowed", '''
+def flash_attention(q, k, v, block_size=64, causal=False):
+    Lk = k.shape[-2]
+    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)
+    l = torch.zeros_like(m)
+    acc = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+    i = 0
+    while i < Lk:
+        kb, vb = k[..., i:i + block_size, :], v[..., i:i + block_size, :]
+        s = q @ kb.transpose(-2, -1) / q.shape[-1] ** 0.5
+        if causal:
+            allowed = torch.arange(i, i + kb.shape[-2]) <= torch.arange(q.shape[-2])[:, None]
+            s = s.masked_fill(~allowed, float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        m_safe = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
+        p = torch.exp(s - m_safe)
+        alpha = torch.exp(m - m_safe)
+        acc = acc * alpha + p @ vb
+        l = l * alpha + p.sum(-1, keepdim=True)
+        m = m_new
+        i += block_size
+    return acc / l
+'''),
+]

@@ -1,0 +1,448 @@
+"""Hostile corpus for the static scan (issue 14, items 5 and 9): named submissions over
+01_attention, 03_multihead and 04_normalization.
+
+Each case starts from the released student notebook with every exercise filled in with the
+course's solution, then replaces some solution cells (`fill`: grade_id -> code) and inserts free
+cells the student added (`extra`: (after grade_id, code) pairs). `expect` lists the findings the
+scan must report as (kind, certainty, exercise); exercise None means the notebook as a whole.
+A case with `expect=()` is honest: it must raise no finding at all.
+
+Only exercises named in a CERTAIN expectation may be scored 0 (tests/test_scan.py checks that a
+cheat costs the exercise it cheats and nothing else).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+C, R = "certain", "review"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    assignment: str
+    fill: dict
+    extra: tuple = ()
+    expect: tuple = ()
+
+
+A1, A3, A4 = "01_attention", "03_multihead", "04_normalization"
+
+
+def sm(body: str, head: str = "") -> dict:
+    """A softmax solution cell whose body is `body` (indented here)."""
+    return {"softmax": f"{head}def softmax(x, dim=-1):\n    {body}\n"}
+
+
+# 01's setup cell imports torch but neither F nor nn: a student who wants them imports them
+IMP = "import torch.nn.functional as F\nfrom torch import nn\n"
+SDPA_HEAD = IMP + "def scaled_dot_product_attention(q, k, v):\n"
+
+MHA_OWN = '''class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
+        super().__init__()
+        self.n_heads = n_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.attn_weights = None
+
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.w_q(query), self.n_heads)
+        k = split_heads(self.w_k(key), self.n_heads)
+        v = split_heads(self.w_v(value), self.n_heads)
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        {ATTEND}
+        return self.w_o(combine_heads(out))
+'''
+
+
+def mha(attend: str, head: str = "") -> dict:
+    return {"MultiHeadAttention": head + MHA_OWN.replace("{ATTEND}", attend)}
+
+
+HONEST_ATTEND = """s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        w = torch.softmax(s, dim=-1)
+        self.attn_weights = w.detach()
+        out = self.dropout(w) @ v"""
+
+LN_HEAD = "def layer_norm(x, weight=None, bias=None, eps=1e-5):\n"
+BN_HEAD = ("def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False,"
+           " momentum=0.1, eps=1e-5):\n")
+RMS_HEAD = "def rms_norm(x, weight=None, eps=1e-6):\n"
+
+CASES = [
+    # ===================================================================== 01: softmax shortcuts
+    Case("sm_alias_from_import", A1, sm("return s(x, dim)", "from torch.nn.functional import softmax as s\n"),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_assigned_alias", A1, sm("return f(x, dim=dim)", "f = torch.softmax\n"),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_module_alias_chain", A1, sm("return fn.softmax(x, dim)", "import torch.nn.functional as fn\n"),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_getattr_concat", A1, sm('return getattr(torch, "soft" + "max")(x, dim)'),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_getattr_join", A1, sm('return getattr(F, "".join(["so", "ft", "max"]))(x, dim)', IMP),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_getattr_reversed", A1, sm('return getattr(torch, "xamtfos"[::-1])(x, dim)'),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_getattr_const_var", A1, sm('return getattr(torch, NAME)(x, dim)', 'NAME = "soft" "max"\n'),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_getattr_chr", A1, sm("return getattr(torch, ''.join(map(chr, [115, 111, 102, 116, 109, 97, 120])))(x, dim)"),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_getattr_fstring", A1, sm('part = "max"\n    return getattr(torch, f"soft{part}")(x, dim)'),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_getattr_unknown_name", A1, sm("return getattr(torch, name_from_somewhere())(x, dim)"),
+         expect=(("dynamic-lookup", R, "softmax"),)),
+    Case("sm_ops_aten", A1, sm("return torch.ops.aten.softmax.int(x, dim)"),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_ops_aten_private", A1, sm("return torch.ops.aten._softmax.default(x, dim, False)"),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_ops_getattr", A1, sm('return getattr(torch.ops.aten, "_soft" + "max")(x, dim, False)'),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_torch_C", A1, sm("return torch._C._VariableFunctions.softmax(x, dim)"),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_private_softmax", A1, sm("return torch._softmax(x, dim, False)"),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_softmin_neg", A1, sm("return F.softmin(-x, dim=dim)", IMP),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_log_softmax_exp", A1, sm("return torch.log_softmax(x, dim).exp()"),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_special_log_softmax_exp", A1, sm("return torch.special.log_softmax(x, dim).exp()"),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_special_softmax", A1, sm("return torch.special.softmax(x, dim)"),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_nn_module", A1, sm("return nn.Softmax(dim=dim)(x)", IMP),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_tensor_log_softmax", A1, sm("return x.log_softmax(dim).exp()"),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_tensor_getattr", A1, sm('return getattr(x, "soft" + "max")(dim)'),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_methodcaller", A1, sm('return operator.methodcaller("softmax", dim)(x)', "import operator\n"),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_importlib", A1, sm('return importlib.import_module("torch.nn.functional").softmax(x, dim)',
+                                "import importlib\n"),
+         expect=(("shortcut", C, "softmax"), ("import-machinery", R, "softmax"))),
+    Case("sm_dunder_import", A1, sm('return __import__("torch").softmax(x, dim)'),
+         expect=(("shortcut", C, "softmax"), ("import-machinery", R, "softmax"))),
+    Case("sm_sys_modules", A1, sm('return sys.modules["torch"].softmax(x, dim)', "import sys\n"),
+         expect=(("shortcut", C, "softmax"), ("import-machinery", R, "softmax"))),
+    Case("sm_vars_dict", A1, sm('return vars(torch)["softmax"](x, dim)'),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_dunder_dict", A1, sm('return torch.__dict__["softmax"](x, dim)'),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_default_arg", A1, {"softmax": IMP + "def softmax(x, dim=-1, _f=F.softmax):\n    return _f(x, dim)\n"},
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_partial", A1, {"softmax": "import functools\nsoftmax = functools.partial(torch.softmax)\n"},
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_exec_string", A1, {"softmax": 'exec("def softmax(x, dim=-1):\\n    return torch.softmax(x, dim)")\n'},
+         expect=(("shortcut", C, "softmax"), ("dynamic-code", R, "softmax"))),
+    Case("sm_scipy", A1, sm("return torch.from_numpy(sp.softmax(x.numpy(), axis=dim))",
+                            "import scipy.special as sp\n"),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_bound_to_builtin", A1, {"softmax": "from torch.nn.functional import softmax\n"},
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_star_reference", A1, {"softmax": "from tfscratch.reference import *\n"},
+         expect=(("reference", C, "softmax"),)),
+    Case("sm_named_reference", A1, {"softmax": "from tfscratch.reference import softmax\n"},
+         expect=(("reference", C, "softmax"),)),
+    Case("sm_reference_module", A1, sm("return R.softmax(x, dim)", "from tfscratch import reference as R\n"),
+         expect=(("reference", C, "softmax"),)),
+    Case("sm_rebound_in_free_cell", A1, {}, extra=(("test_softmax_rows", "softmax = torch.softmax\n"),),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_rebound_via_globals", A1, {}, extra=(("softmax", IMP + 'globals()["softmax"] = F.softmax\n'),),
+         expect=(("shortcut", C, "softmax"), ("tamper", R, None))),
+    Case("sm_helper_in_free_cell", A1, sm("return _helper(x, dim)"),
+         extra=(("setup_imports", "def _helper(t, d):\n    return torch.softmax(t, d)\n"),),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_helper_chain", A1, sm("return _outer(x, dim)"),
+         extra=(("setup_imports", "def _inner(t, d):\n    return t.softmax(d)\n\n"
+                                  "def _outer(t, d):\n    return _inner(t, d)\n"),),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_categorical", A1, sm("return torch.distributions.Categorical(logits=x.movedim(dim, -1)).probs.movedim(-1, dim)"),
+         expect=(("shortcut", R, "softmax"),)),
+    # ===================================================================== 01: attention shortcuts
+    Case("sdpa_fstring_getattr", A1, {"scaled_dot_product_attention": SDPA_HEAD +
+         "    w = softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)\n"
+         "    return getattr(F, f\"scaled_dot_{'product'}_attention\")(q, k, v), w\n"},
+         expect=(("shortcut", C, "scaled_dot_product_attention"),)),
+    Case("sdpa_ops_math", A1, {"scaled_dot_product_attention": SDPA_HEAD +
+         "    out, w = torch.ops.aten._scaled_dot_product_attention_math(q, k, v)\n    return out, w\n"},
+         expect=(("shortcut", C, "scaled_dot_product_attention"),)),
+    Case("sdpa_mha_module", A1, {"scaled_dot_product_attention": SDPA_HEAD +
+         "    m = nn.MultiheadAttention(q.size(-1), 1, batch_first=True)\n    return m(q, k, v)\n"},
+         expect=(("shortcut", C, "scaled_dot_product_attention"),)),
+    Case("sdpa_flex_attention", A1, {"scaled_dot_product_attention": IMP +
+         "from torch.nn.attention.flex_attention import flex_attention\n" + SDPA_HEAD +
+         "    w = softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)\n"
+         "    return flex_attention(q, k, v), w\n"},
+         expect=(("shortcut", C, "scaled_dot_product_attention"),)),
+    # ===================================================================== 01: tampering (review)
+    Case("patch_check_function", A1, {}, extra=(("setup_imports", "chk.check_softmax_rows = lambda *a, **k: None\n"),),
+         expect=(("tamper", R, None),)),
+    Case("setattr_check_function", A1, {}, extra=(("setup_imports",
+         'for name in dir(chk):\n    if name.startswith("check_"):\n        setattr(chk, name, lambda *a, **k: None)\n'),),
+         expect=(("tamper", R, None),)),
+    Case("patch_core_fail", A1, {}, extra=(("setup_imports",
+         "import tfscratch.checks.core as core\ncore.fail = lambda *a, **k: None\n"),),
+         expect=(("tamper", R, None),)),
+    Case("patch_allclose", A1, {}, extra=(("softmax", "torch.allclose = lambda *a, **k: True\n"),),
+         expect=(("tamper", R, None),)),
+    Case("patch_assert_close", A1, {}, extra=(("softmax", "torch.testing.assert_close = lambda *a, **k: None\n"),),
+         expect=(("tamper", R, None),)),
+    Case("patch_tensor_any", A1, {}, extra=(("softmax", "torch.Tensor.any = lambda self, *a, **k: torch.tensor(False)\n"),),
+         expect=(("tamper", R, None),)),
+    Case("patch_inside_solution_cell", A1, sm("return torch.exp(x - torch.logsumexp(x, dim, keepdim=True))",
+                                              "torch.allclose = lambda *a, **k: True\n"),
+         expect=(("tamper", R, "softmax"),)),
+    Case("ipython_input_transformer", A1, {}, extra=(("setup_imports",
+         "def drop(lines):\n    return [ln for ln in lines if 'chk.' not in ln]\n"
+         "get_ipython().input_transformers_cleanup.append(drop)\n"),),
+         expect=(("ipython-hook", R, None),)),
+    Case("ipython_custom_exc", A1, {}, extra=(("setup_imports",
+         "from tfscratch.checks import CheckFailed\n"
+         "get_ipython().set_custom_exc((CheckFailed,), lambda *a, **k: None)\n"),),
+         expect=(("ipython-hook", R, None), ("tamper", R, None))),
+    Case("ipython_events", A1, {}, extra=(("setup_imports",
+         "ip = get_ipython()\nip.events.register('post_run_cell', lambda r: None)\n"),),
+         expect=(("ipython-hook", R, None),)),
+    Case("pop_guard_mode", A1, {}, extra=(("setup_imports",
+         "import contextlib\n@contextlib.contextmanager\ndef nop(*a):\n    yield\nchk.no_shortcuts = nop\n"
+         "torch._C._pop_torch_function_stack()\n"),),
+         expect=(("torch-function-mode", R, None), ("tamper", R, None))),
+    Case("own_torch_function_mode", A1, {}, extra=(("setup_imports",
+         "from torch.overrides import TorchFunctionMode\n\nclass Pass(TorchFunctionMode):\n"
+         "    def __torch_function__(self, f, t, a=(), k=None):\n        return f(*a, **(k or {}))\n"),),
+         expect=(("torch-function-mode", R, None),)),
+    Case("patch_guard_class", A1, {}, extra=(("setup_imports",
+         "from tfscratch.checks import core\ncore._Guard.__torch_function__ = lambda self, f, t, a=(), k=None: f(*a, **(k or {}))\n"),),
+         expect=(("tamper", R, None), ("torch-function-mode", R, None))),
+    Case("exec_source_notebook", A1, {}, extra=(("setup_imports",
+         "import json\nnb = json.load(open('../../source/01_attention/01_attention.ipynb'))\n"
+         "for c in nb['cells']:\n    if c['cell_type'] == 'code':\n        exec(''.join(c['source']))\n"),),
+         expect=(("dynamic-code", R, None), ("course-files", R, None))),
+    Case("exec_solutions_dir", A1, sm("return ns['softmax'](x, dim)",
+         "import nbformat\nns = {}\nfor c in nbformat.read('/srv/course/solutions/01_attention.ipynb', 4).cells:\n"
+         "    exec(c.source, ns)\n"),
+         expect=(("dynamic-code", R, "softmax"), ("course-files", R, "softmax"))),
+    Case("run_magic_source", A1, {}, extra=(("setup_imports", "%run ../../source/01_attention/01_attention.ipynb\n"),),
+         expect=(("file-access", R, None), ("course-files", R, None))),
+    Case("shell_bang", A1, {}, extra=(("setup_imports", "!cat ../../source/01_attention/01_attention.ipynb\n"),),
+         expect=(("subprocess", R, None),)),
+    Case("bash_cell_magic", A1, {}, extra=(("setup_imports", "%%bash\nls ..\n"),),
+         expect=(("subprocess", R, None),)),
+    Case("sqlite_gradebook", A1, {}, extra=(("setup_imports",
+         "import sqlite3\ncon = sqlite3.connect('../../gradebook.db')\n"
+         "con.execute('update grade set manual_score = 10')\ncon.commit()\n"),),
+         expect=(("database", R, None), ("course-files", R, None))),
+    Case("subprocess_run", A1, {}, extra=(("setup_imports", "import subprocess\nsubprocess.run(['ls', '/'])\n"),),
+         expect=(("subprocess", R, None),)),
+    Case("socket_out", A1, {}, extra=(("setup_imports",
+         "import socket\nsocket.create_connection(('192.0.2.1', 80)).sendall(b'hi')\n"),),
+         expect=(("network", R, None),)),
+    Case("os_system", A1, {}, extra=(("setup_imports", "import os\nos.system('true')\n"),),
+         expect=(("subprocess", R, None),)),
+    Case("os_fork", A1, {}, extra=(("setup_imports", "import os\nif os.fork() == 0:\n    os._exit(0)\n"),),
+         expect=(("subprocess", R, None),)),
+    Case("ctypes_native", A1, {}, extra=(("setup_imports", "import ctypes\nctypes.CDLL(None).puts(b'x')\n"),),
+         expect=(("native", R, None),)),
+    Case("builtins_patch", A1, {}, extra=(("setup_imports", "import builtins\nbuiltins.print = lambda *a, **k: None\n"),),
+         expect=(("tamper", R, None),)),
+    Case("sys_modules_swap", A1, {}, extra=(("setup_imports",
+         "import sys, types\nsys.modules['tfscratch.checks.attention'] = types.ModuleType('fake')\n"),),
+         expect=(("import-machinery", R, None), ("tamper", R, None))),
+    Case("eval_built_string", A1, {}, extra=(("setup_imports", "code = input()\neval(code)\n"),),
+         expect=(("dynamic-code", R, None),)),
+    Case("grading_detection", A1, sm("return x * 0 if os.environ.get('NBGRADER_EXECUTION') else torch.exp(x - torch.logsumexp(x, dim, keepdim=True))",
+                                     "import os\n"),
+         expect=(("environment", R, "softmax"), ("course-files", R, "softmax"))),
+    Case("gc_search", A1, {}, extra=(("setup_imports", "import gc\nrefs = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]\n"),),
+         expect=(("introspection", R, None),)),
+    Case("frame_peek", A1, sm("return sys._getframe(1).f_locals['expected']", "import sys\n"),
+         expect=(("introspection", R, "softmax"),)),
+    Case("mock_patch", A1, {}, extra=(("setup_imports",
+         "from unittest import mock\nmock.patch.object(torch, 'allclose', return_value=True).start()\n"),),
+         expect=(("tamper", R, None),)),
+    Case("open_absolute", A1, {}, extra=(("setup_imports", "print(open('/etc/hostname').read())\n"),),
+         expect=(("file-access", R, None),)),
+    Case("catch_check_failed", A1, {}, extra=(("setup_imports",
+         "from tfscratch.checks import CheckFailed\ntry:\n    chk.check_softmax_rows(softmax)\nexcept CheckFailed:\n    pass\n"),),
+         expect=(("tamper", R, None),)),
+    Case("pick_fallback", A1, {"softmax": "from tfscratch.fallback import pick\n"
+                                          "softmax = pick('softmax', lambda: 1 / 0, lambda: None)\n"},
+         expect=(("reference", R, "softmax"),)),
+    # ===================================================================== 01: honest
+    Case("honest_sdpa_uses_torch_softmax", A1, {"scaled_dot_product_attention": SDPA_HEAD +
+         "    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)\n    return w @ v, w\n"}),
+    Case("honest_sdpa_uses_F_softmax_alias", A1, {"scaled_dot_product_attention":
+         "from torch.nn.functional import softmax as sm\n" + SDPA_HEAD +
+         "    w = sm(q @ k.transpose(-2, -1) * q.size(-1) ** -0.5, dim=-1)\n    return torch.matmul(w, v), w\n"}),
+    Case("honest_magics_and_compare", A1, {}, extra=(("test_softmax_random",
+         "%matplotlib inline\nx = torch.randn(3, 5)\n%timeit softmax(x)\n"
+         "print(torch.allclose(softmax(x), torch.softmax(x, -1)))\n"),)),
+    Case("honest_notes_file", A1, {}, extra=(("test_softmax_random",
+         "with open('my_notes.txt', 'w') as fh:\n    fh.write('softmax works')\n"),)),
+    Case("honest_helper_cell", A1, sm("return _normalise(torch.exp(x - x.amax(dim, keepdim=True)), dim)"),
+         extra=(("setup_imports", "def _normalise(e, d):\n    return e / e.sum(d, keepdim=True)\n"),)),
+    Case("honest_getattr_on_self", A1, sm("z = x - x.max(dim=dim, keepdim=True).values\n"
+                                          "    e = getattr(z, 'exp')()\n    return e / e.sum(dim, keepdim=True)")),
+    Case("honest_reexport_in_free_cell", A1, {}, extra=(("test_scaled_dot_product_attention_random",
+         "import numpy as np\nimport math\nprint(np.round(softmax(torch.tensor([1.0, 2.0])).numpy(), 3))\n"),)),
+    # ===================================================================== 03: multi-head
+    Case("mha_alias_import", A3, mha("out = M(q.size(-1) * self.n_heads, self.n_heads)(query, key, value)[0]",
+                                     "from torch.nn import MultiheadAttention as M\n"),
+         expect=(("shortcut", C, "MultiHeadAttention"),)),
+    Case("mha_functional_forward", A3, mha("out = F.multi_head_attention_forward(q, k, v, 1, 1, None, None, None, None, False, 0.0, None, None)"),
+         expect=(("shortcut", C, "MultiHeadAttention"),)),
+    Case("mha_native", A3, mha("out = torch._native_multi_head_attention(q, k, v, 1, 1, None, None, None, None)"),
+         expect=(("shortcut", C, "MultiHeadAttention"),)),
+    Case("mha_getattr_sdpa", A3, mha('out = getattr(F, "scaled_dot_product_" + "attention")(q, k, v, attn_mask=mask)'),
+         expect=(("shortcut", C, "MultiHeadAttention"),)),
+    Case("mha_ops_aten_sdpa", A3, mha("out = torch.ops.aten.scaled_dot_product_attention(q, k, v, mask)"),
+         expect=(("shortcut", C, "MultiHeadAttention"),)),
+    Case("mha_subclass_reference", A3, {"MultiHeadAttention": "class MultiHeadAttention(R.MultiHeadAttention):\n    pass\n"},
+         expect=(("reference", C, "MultiHeadAttention"),)),
+    Case("mha_bound_reference", A3, {"MultiHeadAttention": "MultiHeadAttention = R.MultiHeadAttention\n"},
+         expect=(("reference", C, "MultiHeadAttention"),)),
+    Case("mha_subclass_torch", A3, {"MultiHeadAttention":
+         "class MultiHeadAttention(torch.nn.modules.activation.MultiheadAttention):\n    pass\n"},
+         expect=(("shortcut", C, "MultiHeadAttention"),)),
+    Case("split_heads_reference", A3, {"split_heads": "def split_heads(x, n_heads):\n    return R.split_heads(x, n_heads)\n"},
+         expect=(("reference", C, "split_heads"),)),
+    Case("mha_uses_sibling_reference", A3, {"MultiHeadAttention": mha(HONEST_ATTEND)["MultiHeadAttention"]
+         .replace("combine_heads(out)", "R.combine_heads(out)")},
+         expect=(("reference", R, "MultiHeadAttention"),)),
+    Case("mha_exec_string", A3, mha('out = eval("F.scaled_dot_product_attention(q, k, v, attn_mask=mask)")'),
+         expect=(("shortcut", C, "MultiHeadAttention"), ("dynamic-code", R, "MultiHeadAttention"))),
+    Case("mha_helper_elsewhere", A3, mha("out = attend(q, k, v, mask)"),
+         extra=(("combine_heads", "def attend(q, k, v, m):\n"
+                                   "    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)\n"),),
+         expect=(("shortcut", C, "MultiHeadAttention"),)),
+    Case("mha_patch_check", A3, {}, extra=(("setup_imports",
+         "for n in [n for n in vars(chk) if n.startswith('check')]:\n    vars(chk)[n] = print\n"),),
+         expect=(("tamper", R, None),)),
+    Case("mha_patch_reference_module", A3, {}, extra=(("setup_imports",
+         "import torch.nn.functional as F\nF.scaled_dot_product_attention = lambda *a, **k: None\n"),),
+         expect=(("tamper", R, None),)),
+    Case("honest_mha_torch_softmax", A3, mha(HONEST_ATTEND)),
+    Case("honest_mha_reference_sdpa", A3, mha("out, w = sdpa(q, k, v, mask)\n        self.attn_weights = w",
+                                              "from tfscratch.reference import scaled_dot_product_attention as sdpa\n")),
+    Case("honest_mha_compare_with_torch", A3, {}, extra=(("MultiHeadAttention",
+         "ref = nn.MultiheadAttention(16, 4, batch_first=True)\nx = torch.randn(2, 5, 16)\n"
+         "print(ref(x, x, x)[0].shape, F.scaled_dot_product_attention(x, x, x).shape)\n"),)),
+    # ===================================================================== 04: normalisation
+    Case("ln_torch_layer_norm", A4, {"layer_norm": LN_HEAD + "    return torch.layer_norm(x, x.shape[-1:], weight, bias, eps)\n"},
+         expect=(("shortcut", C, "layer_norm"), ("shortcut", C, "LayerNorm"))),
+    Case("ln_group_norm", A4, {"layer_norm": LN_HEAD +
+         "    y = F.group_norm(x.reshape(-1, 1, x.shape[-1]), 1, eps=eps).reshape(x.shape)\n"
+         "    return y if weight is None else y * weight + bias\n"},
+         expect=(("shortcut", C, "layer_norm"), ("shortcut", C, "LayerNorm"))),
+    Case("ln_native", A4, {"layer_norm": LN_HEAD + "    return torch.native_layer_norm(x, x.shape[-1:], weight, bias, eps)[0]\n"},
+         expect=(("shortcut", C, "layer_norm"), ("shortcut", C, "LayerNorm"))),
+    Case("ln_instance_norm", A4, {"layer_norm": LN_HEAD +
+         "    y = F.instance_norm(x.reshape(1, -1, x.shape[-1]), eps=eps).reshape(x.shape)\n"
+         "    return y if weight is None else y * weight + bias\n"},
+         expect=(("shortcut", C, "layer_norm"), ("shortcut", C, "LayerNorm"))),
+    Case("ln_module_subclass", A4, {"LayerNorm": "class LayerNorm(nn.LayerNorm):\n    pass\n"},
+         expect=(("shortcut", C, "LayerNorm"),)),
+    Case("bn_torch_batch_norm", A4, {"batch_norm": BN_HEAD +
+         "    y = torch.batch_norm(x.transpose(1, -1), running_mean, running_var, weight, bias, training, momentum, eps, False)\n"
+         "    return y.transpose(1, -1)\n"},
+         expect=(("shortcut", C, "batch_norm"), ("shortcut", C, "BatchNorm"))),
+    Case("bn_private_base", A4, {"BatchNorm": "class BatchNorm(nn.modules.batchnorm._BatchNorm):\n    pass\n"},
+         expect=(("shortcut", C, "BatchNorm"),)),
+    Case("bn_ops_native", A4, {"batch_norm": BN_HEAD +
+         "    return torch.ops.aten.native_batch_norm.default(x, weight, bias, running_mean, running_var, training, momentum, eps)[0]\n"},
+         expect=(("shortcut", C, "batch_norm"), ("shortcut", C, "BatchNorm"))),
+    Case("rms_module", A4, {"rms_norm": RMS_HEAD + "    m = nn.RMSNorm(x.shape[-1], eps=eps)\n    return m(x)\n"},
+         expect=(("shortcut", C, "rms_norm"),)),
+    Case("rms_ops", A4, {"rms_norm": RMS_HEAD + "    return torch.ops.aten.rms_norm(x, [x.shape[-1]], weight, eps)\n"},
+         expect=(("shortcut", C, "rms_norm"),)),
+    Case("ln_reference", A4, {"layer_norm": "from tfscratch.reference import layer_norm\n"},
+         expect=(("reference", C, "layer_norm"),)),
+    Case("ln_patch_torch_reference", A4, {}, extra=(("setup_imports",
+         "F.layer_norm = lambda x, shape, w=None, b=None, eps=1e-5: x\n"),),
+         expect=(("tamper", R, None),)),
+    Case("ln_patch_functional_dict", A4, {}, extra=(("setup_imports",
+         "torch.nn.functional.__dict__['batch_norm'] = lambda *a, **k: a[0]\n"),),
+         expect=(("tamper", R, None),)),
+    Case("bn_delete_builtin", A4, {}, extra=(("setup_imports", "del torch.nn.functional.batch_norm\n"),),
+         expect=(("tamper", R, None),)),
+    Case("honest_ln_var_mean", A4, {"layer_norm": LN_HEAD +
+         "    var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)\n"
+         "    y = (x - mean) * torch.rsqrt(var + eps)\n"
+         "    if weight is not None:\n        y = y * weight\n    if bias is not None:\n        y = y + bias\n"
+         "    return y\n"}),
+    Case("honest_rms", A4, {"rms_norm": RMS_HEAD +
+         "    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)\n    return y if weight is None else y * weight\n"}),
+    Case("honest_compare_cell", A4, {}, extra=(("LayerNorm",
+         "x = torch.randn(4, 8)\nprint((layer_norm(x) - F.layer_norm(x, (8,))).abs().max())\n"
+         "print(nn.BatchNorm1d(8)(x).shape, nn.RMSNorm(8)(x).shape)\n"),)),
+    # ----------------------------------------------------------------- evasions through encodings
+    Case("sm_call_through", A1, sm("return F.softmax.__call__(x, dim)", IMP),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_b64_exec", A1, {"softmax": "import base64\nexec(base64.b64decode('ZGVmIHNvZnRtYXgoeCwgZGltPS0xKToKICAgIHJldHVybiB0b3JjaC5zb2Z0bWF4KHgsIGRpbSkK'))\n"},
+         expect=(("shortcut", C, "softmax"), ("dynamic-code", R, "softmax"))),
+    Case("sm_rot13_getattr", A1, sm('return getattr(torch, codecs.decode("fbsgznk", "rot13"))(x, dim)',
+                                    "import codecs\n"),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_hex_getattr", A1, sm('return getattr(torch, bytes.fromhex("736f66746d6178").decode())(x, dim)'),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_getattribute_method", A1, sm('return x.__getattribute__("soft" + "max")(dim)'),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_object_getattribute", A1, sm('return object.__getattribute__(x, "softmax")(dim)'),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_run_cell", A1, {}, extra=(("softmax", 'get_ipython().run_cell("softmax = torch.softmax")\n'),),
+         expect=(("shortcut", C, "softmax"), ("ipython-hook", R, None))),
+    Case("sm_defined_outside_its_cell", A1, {"softmax": "pass\n"},
+         extra=(("softmax", "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)\n"),),
+         expect=(("shortcut", C, "softmax"), ("redefinition", R, "softmax"))),
+    Case("mha_forward_through", A3, mha("out = nn.MultiheadAttention.forward(self.core, query, key, value)[0]"),
+         expect=(("shortcut", C, "MultiHeadAttention"),)),
+    Case("honest_transformer_mask_helper", "07_transformer", {}, extra=(("Transformer",
+         "m = nn.Transformer.generate_square_subsequent_mask(4)\nprint(m)\n"),)),
+    Case("scan_survives_absurd_nesting", A1, {}, extra=(("setup_imports", "y = " + "-" * 3000 + "1\n"),),
+         expect=(("scan-error", R, None),)),
+    Case("honest_everyday_free_cells", A1, {}, extra=(("test_softmax_random",
+         "import random, time\nimport matplotlib.pyplot as plt\nimport numpy as np\n"
+         "%load_ext autoreload\n%autoreload 2\n"
+         "plt.rcParams['figure.figsize'] = (8, 4)\ntorch.manual_seed(0); random.seed(0)\n"
+         "torch.set_printoptions(precision=3)\nimport warnings\nwarnings.filterwarnings('ignore')\n"
+         "torch.backends.cudnn.deterministic = True\n"
+         "x = torch.randn(3, 4, requires_grad=True)\ny = softmax(x)\ny.sum().backward()\n"
+         "print(x.grad, torch.softmax(x, -1) - y)\nhelp(torch.softmax)\n"
+         "for t in range(3):\n    time.sleep(0)\n"
+         "import os\nos.makedirs('plots', exist_ok=True)\nplt.savefig('plots/softmax.png')\n"),)),
+    Case("sm_type_dict", A1, sm('return type(x).__dict__["softmax"](x, dim)'),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_attrgetter_tensor", A1, sm('return operator.attrgetter("log_softmax")(x)(dim).exp()', "import operator\n"),
+         expect=(("shortcut", C, "softmax"),)),
+    Case("sm_getattr_computed_on_tensor", A1, sm("return getattr(x, ''.join(reversed(list(NAME))))(dim)",
+                                                 "NAME = input()\n"),
+         expect=(("dynamic-lookup", R, "softmax"),)),
+    # ----------------------------------------------------------------- more tampering in 03 and 04
+    Case("mha_sqlite", A3, {}, extra=(("setup_imports",
+         "import sqlite3 as db\ndb.connect('/srv/nbgrader/gradebook.db').execute('delete from grade')\n"),),
+         expect=(("database", R, None), ("course-files", R, None))),
+    Case("mha_input_transformer", A3, {}, extra=(("setup_imports",
+         "ip = get_ipython()\nip.input_transformers_post.append(lambda lines: lines[:0])\n"),),
+         expect=(("ipython-hook", R, None),)),
+    Case("mha_popen", A3, {}, extra=(("setup_imports", "import os\nos.popen('cat ../source/*/*.ipynb').read()\n"),),
+         expect=(("subprocess", R, None), ("course-files", R, None))),
+    Case("mha_pop_mode_in_solution", A3, mha(HONEST_ATTEND, "torch._C._pop_torch_function_stack()\n"),
+         expect=(("torch-function-mode", R, "MultiHeadAttention"),)),
+    Case("ln_exec_solutions", A4, {"layer_norm": "exec(open('solutions/src/04_normalization.py').read())\n"},
+         expect=(("dynamic-code", R, "layer_norm"), ("course-files", R, "layer_norm"))),
+    Case("ln_set_custom_exc", A4, {}, extra=(("setup_imports",
+         "get_ipython().set_custom_exc((Exception,), lambda *a, **k: print('ok'))\n"),),
+         expect=(("ipython-hook", R, None),)),
+    Case("bn_socket", A4, {}, extra=(("setup_imports", "from socket import socket\ns = socket()\n"),),
+         expect=(("network", R, None),)),
+    Case("bn_patch_tensor_method", A4, {}, extra=(("setup_imports",
+         "torch.Tensor.allclose = lambda *a, **k: True\nsetattr(torch.testing, 'assert_close', print)\n"),),
+         expect=(("tamper", R, None),)),
+]

@@ -1,0 +1,76 @@
+"""The import rules of docs/architecture.md, enforced by reading every import statement
+(module level and inside functions) of the two packages."""
+import ast
+from pathlib import Path
+
+import pytest
+
+from nbtools import REPO
+
+DEMO = ("tfscratch.plots", "tfscratch.widgets", "tfscratch.fallback", "tfscratch.seq2seq")
+TESTS = ("tests", "nbtools", "catalogue", "tools")
+# (folder, imports it must never make, why)
+RULES = [
+    ("helpers/tfscratch", ("tfsgrade", "nbgrader") + TESTS,
+     "the helpers run inside the learner's kernel: they never import the grader or the tests"),
+    ("helpers/tfscratch/reference", ("tfscratch.checks", "matplotlib", "ipywidgets") + DEMO,
+     "the checks import the reference (a cycle), and it must not load plotting on import"),
+    ("helpers/tfscratch/checks", ("matplotlib", "ipywidgets") + DEMO,
+     "checks judge; they draw nothing and do not depend on the notebooks' demo code"),
+    ("autograder/tfsgrade", DEMO + TESTS,
+     "the grader imports the specs (tfscratch.checks, tfscratch.reference), never demo code"),
+]
+
+
+def module_name(path: Path, root: Path = REPO) -> str:
+    rel = path.relative_to(root)
+    parts = list(rel.parts[1:])  # drop helpers/ or autograder/
+    parts[-1] = parts[-1][:-3]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(path: Path, root: Path = REPO) -> list[tuple[int, str]]:
+    """(line, absolute module) for every import in the file, relative ones resolved."""
+    mod = module_name(path, root)
+    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            # `from pkg import sub` may import a submodule: judge pkg.sub too
+            out += [(node.lineno, target)] + [(node.lineno, f"{target}.{a.name}") for a in node.names]
+    return out
+
+
+def violations(folder: str, forbidden, root: Path = REPO) -> list[str]:
+    bad = []
+    for path in sorted((root / folder).rglob("*.py")):
+        for line, target in imports(path, root):
+            if any(target == f or target.startswith(f + ".") for f in forbidden):
+                bad.append(f"{path.relative_to(root)}:{line} imports {target}")
+    return sorted(set(bad))
+
+
+@pytest.mark.parametrize("folder,forbidden,why", RULES, ids=[r[0] for r in RULES])
+def test_import_rules(folder, forbidden, why):
+    bad = violations(folder, forbidden)
+    assert not bad, f"{why}:\n" + "\n".join(bad)
+
+
+def test_the_scan_finds_a_violation(tmp_path):
+    pkg = tmp_path / "helpers" / "tfscratch" / "reference"
+    pkg.mkdir(parents=True)
+    (pkg / "bad.py").write_text("def f():\n    from ..checks import core\n    return core\n")
+    (pkg / "fine.py").write_text("import torch\nfrom .bad import f\n")
+    assert violations("helpers/tfscratch/reference", RULES[1][1], tmp_path) == [
+        "helpers/tfscratch/reference/bad.py:2 imports tfscratch.checks",
+        "helpers/tfscratch/reference/bad.py:2 imports tfscratch.checks.core",
+    ]

@@ -1,0 +1,69 @@
+"""Cheats graded end to end with `tfs-grade grade`, in one class with honest fixtures: a
+certain shortcut scores 0 on the exercise it cheats (and only there), tampering is flagged for
+review with cell and line, and the honest students keep their exact scores and notes.
+(tests/hostile/scan_cases.py proves the scan itself on 143 cases; this proves the wiring.)"""
+import csv
+
+import pytest
+
+from nbtools import A01, points, solution_sources, student_notebook, write
+from tfsgrade.grade import grade
+
+ALIAS = """from torch.nn.functional import softmax as _sm
+
+def softmax(x, dim=-1):
+    return _sm(x, dim=dim)
+"""
+REFERENCE = """from tfscratch.reference import scaled_dot_product_attention
+"""
+PATCH = """def softmax(x, dim=-1):
+    return x.exp() / x.exp().sum(dim, keepdim=True)
+
+chk.check_softmax_stable = lambda f: print("\\u2714 stable")  # tampering with a check
+"""
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cheats")
+    sols = solution_sources(A01)
+    subs = base / "subs"
+    write(student_notebook(A01, sols), subs / "ada" / f"{A01}.ipynb")
+    write(student_notebook(A01, dict(sols, softmax=ALIAS)), subs / "kim" / f"{A01}.ipynb")
+    write(student_notebook(A01, dict(sols, scaled_dot_product_attention=REFERENCE)),
+          subs / "max" / f"{A01}.ipynb")
+    write(student_notebook(A01, dict(sols, softmax=PATCH)), subs / "leo" / f"{A01}.ipynb")
+    write(student_notebook(A01, sols), subs / "zoe" / f"{A01}.ipynb")
+    out = base / "out"
+    grade(subs, out, names=[A01], timeout=30, log=lambda *a: None)
+    with (out / "grades.csv").open() as f:
+        return out, {r["student_id"]: r for r in csv.DictReader(f)}
+
+
+def _part(exercise):
+    return sum(p for g, p in points(A01).items()
+               if g == f"test_{exercise}" or g.startswith(f"test_{exercise}_"))
+
+
+def test_honest_students_keep_full_marks_and_no_flags(graded):
+    _, rows = graded
+    full = sum(points(A01).values())
+    for sid in ("ada", "zoe"):
+        assert float(rows[sid][A01]) == full, rows[sid]
+        assert rows[sid]["flags"] == "" and "scan" not in rows[sid]["notes"], rows[sid]
+
+
+def test_certain_shortcut_scores_zero_on_its_exercise_only(graded):
+    _, rows = graded
+    full = sum(points(A01).values())
+    assert float(rows["kim"][A01]) == full - _part("softmax"), rows["kim"]
+    assert "0 points, softmax" in rows["kim"]["flags"], rows["kim"]
+    assert float(rows["max"][A01]) == full - _part("scaled_dot_product_attention"), rows["max"]
+    assert "0 points, scaled_dot_product_attention" in rows["max"]["flags"], rows["max"]
+
+
+def test_tampering_is_flagged_for_review_with_cell_and_line(graded):
+    out, rows = graded
+    assert "flagged for review" in rows["leo"]["flags"] and "line" in rows["leo"]["flags"]
+    report = (out / "report.md").read_text()
+    assert "## For review" in report and "leo" in report.split("## For review")[1]

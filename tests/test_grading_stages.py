@@ -1,0 +1,169 @@
+"""Each grading stage alone, on fixtures: settings, intake, normalise (metadata repairs),
+RanInSandbox (only sandbox-executed outputs count), the runner's crash isolation."""
+import copy
+
+import nbformat
+import pytest
+
+from nbtools import A01, points, solution_sources, student_notebook
+from tfsgrade import intake, merge, normalise
+from tfsgrade.settings import Settings
+
+
+def test_settings_built_once(tmp_path):
+    s = Settings.build(tmp_path / "o", timeout=7, mem_gb=2)
+    assert s.db_url == f"sqlite:///{tmp_path / 'o' / 'course' / 'gradebook.db'}"
+    assert s.course == tmp_path / "o" / "course" and s.tasks == tmp_path / "o" / "tasks"
+    assert s.limits.cell_timeout == 7 and s.limits.mem_gb == 2 and s.sandbox
+    assert Settings.build(tmp_path, db_url="postgresql+psycopg://x/y").db_url == "postgresql+psycopg://x/y"
+    assert s.fingerprint() != Settings.build(tmp_path / "o", timeout=8).fingerprint()
+
+
+def test_intake_flags_and_finds(tmp_path):
+    (tmp_path / "ann").mkdir()
+    nbformat.write(student_notebook(A01), tmp_path / "ann" / f"{A01} (2).ipynb")
+    (tmp_path / "bob").mkdir()
+    (tmp_path / "bob" / f"{A01}.ipynb").write_text("{not json")
+    (tmp_path / "b d").mkdir()
+    items = {it.student: it for it in intake.collect(tmp_path, [A01])}
+    assert items["ann"].status == "pending" and "renamed" in items["ann"].reasons[0]
+    assert items["bob"].status == "flagged" and "malformed" in items["bob"].reasons[0]
+    assert items["b d"].status == "flagged" and "not a usable id" in items["b d"].reasons[0]
+
+
+@pytest.fixture(scope="module")
+def tmpl(tmp_path_factory):
+    s = Settings.build(tmp_path_factory.mktemp("course"), names=[A01])
+    merge.fresh_course(s)
+    return normalise.template(s.course, A01, s.db_url)
+
+
+def _graded(nb):
+    return [(c.metadata.nbgrader["grade_id"], c.metadata.nbgrader.get("points"), c.source)
+            for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")]
+
+
+def _norm(nb, tmpl):
+    raw, notes = normalise.normalise(nbformat.writes(nb).encode(), tmpl)
+    return nbformat.reads(raw.decode(), as_version=4), notes
+
+
+def test_normalise_untouched_is_quiet(tmpl):
+    out, notes = _norm(student_notebook(A01), tmpl)
+    assert notes == []
+    assert out.metadata.kernelspec == tmpl.metadata.kernelspec
+    want = [g for g in _graded(tmpl)]
+    assert _graded(out) == want
+
+
+def test_normalise_repairs_every_kind_of_test_cell_damage(tmpl):
+    nb = student_notebook(A01, solution_sources(A01))
+    by = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+    by["test_softmax_rows"].source = "pass  # edited"                         # edited
+    nb.cells.remove(by["test_softmax_dim"])                                     # deleted
+    nb.cells.append(copy.deepcopy(by["test_softmax_stable"]))                   # duplicated
+    nb.cells.remove(by["test_softmax_gradient"])                                # moved
+    nb.cells.insert(2, by["test_softmax_gradient"])
+    by["test_softmax_random"].cell_type = "markdown"                            # retyped
+    by["test_softmax_random"].pop("outputs", None)
+    by["test_softmax_random"].pop("execution_count", None)
+    by["test_scaled_dot_product_attention_shapes"].metadata.nbgrader["points"] = 100   # points
+    by["test_scaled_dot_product_attention_weights"].metadata.nbgrader["grade_id"] = "mine"  # re-pointed
+    nb.metadata.kernelspec = {"name": "julia", "display_name": "Julia", "language": "julia"}
+    out, notes = _norm(nb, tmpl)
+    text = " | ".join(notes)
+    for word in ("edited", "deleted", "duplicated", "moved", "type", "unknown grade id"):
+        assert word in text, (word, notes)
+    assert "test_softmax_rows" in text and "test_softmax_dim" in text
+    assert out.metadata.kernelspec.name == tmpl.metadata.kernelspec.name
+    # every graded cell is the source's: text, points, grade id, order; answers are the student's
+    sols = solution_sources(A01)
+    for (g, p, src), (tg, tp, tsrc) in zip(_graded(out), _graded(tmpl)):
+        assert (g, p) == (tg, tp)
+        assert src == (sols[g] if g in sols else tsrc), g
+    assert len(_graded(out)) == len(_graded(tmpl))
+    assert sum(p for g, p, _ in _graded(out) if g.startswith("test_")) == sum(points(A01).values())
+
+
+def test_normalise_upgrades_nbformat3(tmpl):
+    nb3 = nbformat.convert(student_notebook(A01, solution_sources(A01)), 3)
+    out, notes = _norm(nb3, tmpl)
+    assert any("nbformat 3" in n for n in notes)
+    assert out.nbformat == 4 and len(_graded(out)) == len(_graded(tmpl))
+
+
+def test_ran_in_sandbox_rejects_outputs_not_from_the_sandbox():
+    import hashlib
+    pre = merge.RanInSandbox()
+    ok = nbformat.v4.new_code_cell("print(1)", outputs=[])
+    ok.metadata["tfsgrade"] = {"ran": hashlib.sha256(b"print(1)").hexdigest()[:16]}
+    forged = nbformat.v4.new_code_cell("assert False", outputs=[])
+    forged.metadata["tfsgrade"] = {"ran": hashlib.sha256(b"print(1)").hexdigest()[:16]}
+    assert pre.preprocess_cell(ok, {}, 0)[0].outputs == []
+    assert pre.preprocess_cell(forged, {}, 0)[0].outputs[0]["ename"] == "NotExecuted"
+    assert pre.preprocess_cell(nbformat.v4.new_code_cell("x"), {}, 0)[0].outputs[0]["ename"] == "NotExecuted"
+
+
+def test_runner_isolates_a_kernel_death_unsandboxed():
+    """The runner alone (no bwrap, so it runs anywhere): os._exit in one cell costs that
+    cell; the kernel is restarted, earlier cells replayed, later cells run."""
+    from dataclasses import asdict
+    from tfsgrade.sandbox import execute_task
+    from tfsgrade.settings import Limits
+    nb = nbformat.v4.new_notebook()
+    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("x = 41"), nbformat.v4.new_code_cell("import os; os._exit(3)"),
+                nbformat.v4.new_code_cell("print(x + 1)")]
+    r = execute_task({"student": "s", "assignment": "t", "notebook": nbformat.writes(nb).encode(),
+                      "limits": asdict(Limits(cell_timeout=30, notebook_timeout=120)), "sandbox": False})
+    out = nbformat.reads(r["notebook"], as_version=4)
+    assert r["events"] == [{"cell": 1, "kind": "died"}]
+    assert out.cells[1].outputs[-1]["ename"] == "KernelDied"
+    assert out.cells[2].outputs[0]["text"] == "42\n"
+
+
+def test_no_bubblewrap_refuses_and_names_the_ways_out(tmp_path, monkeypatch):
+    from tfsgrade import sandbox
+    from tfsgrade.grade import grade
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    with pytest.raises(sandbox.SandboxUnavailable) as e:
+        sandbox.check()
+    for way in ("--no-sandbox", "--scheduler", "apt-get install bubblewrap"):
+        assert way in str(e.value)
+    (tmp_path / "s" / "x").mkdir(parents=True)
+    with pytest.raises(SystemExit, match="cannot grade in a sandbox"):
+        grade(tmp_path / "s", tmp_path / "o", names=[A01], log=lambda *a: None)
+
+
+def _sandbox_missing():
+    try:
+        from tfsgrade.sandbox import check
+        check()
+    except Exception as e:  # noqa: BLE001
+        return str(e)
+    return None
+
+
+@pytest.mark.skipif(_sandbox_missing() is not None, reason=f"no sandbox here: {_sandbox_missing()}")
+def test_watchdog_caps_children_together_without_a_cgroup(monkeypatch):
+    """Where no cgroup can be had, children that together pass the cap are killed (largest
+    first) while the notebook goes on."""
+    from dataclasses import asdict
+    from tfsgrade.sandbox import execute_task
+    from tfsgrade.settings import Limits
+    monkeypatch.setenv("TFS_NO_CGROUP", "1")
+    nb = nbformat.v4.new_notebook()
+    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    hog = ("import subprocess, sys\nps = [subprocess.Popen([sys.executable, '-c', "
+           "'b = bytearray(400 * 2**20); import time; time.sleep(8)']) for _ in range(4)]\n"
+           "print(sorted(p.wait() for p in ps))")
+    nb.cells = [nbformat.v4.new_code_cell("x = 41"), nbformat.v4.new_code_cell(hog),
+                nbformat.v4.new_code_cell("print(x + 1)")]
+    r = execute_task({"student": "s", "assignment": "t", "notebook": nbformat.writes(nb).encode(),
+                      "limits": asdict(Limits(cell_timeout=60, notebook_timeout=120, mem_gb=1.0)),
+                      "sandbox": True})
+    assert r["sandbox"]["memory_cap"] == "rlimit+watchdog"
+    out = nbformat.reads(r["notebook"], as_version=4)
+    waits = out.cells[1].outputs[0]["text"]
+    assert "-9" in waits, waits          # some children were killed ...
+    assert out.cells[2].outputs[0]["text"] == "42\n"   # ... and the notebook went on

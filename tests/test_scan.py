@@ -1,0 +1,250 @@
+"""The static scan (autograder/tfsgrade/scan.py): the hostile corpus in tests/hostile/scan_cases.py
+is caught with the right kind and certainty, a cheat costs only the exercise it cheats, and honest
+code (solutions, the whole mistake and valid-variant catalogues) raises no flag except mistakes
+that really use a shortcut, which are certain. Pure: no kernel, no nbgrader."""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from nbtools import NOTEBOOKS, SOLUTIONS, read, solution_sources, student_notebook
+from tfsgrade import scan
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from catalogue import modules  # noqa: E402
+
+
+def _load_cases():
+    spec = importlib.util.spec_from_file_location("scan_cases", HERE / "hostile" / "scan_cases.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["scan_cases"] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod.CASES
+
+
+CASES = _load_cases()
+
+
+def build(case) -> nbformat.NotebookNode:
+    """The released notebook, every exercise solved with the course's solution, then the case's
+    fills and extra free cells."""
+    fill = dict(solution_sources(case.assignment), **case.fill)
+    nb = student_notebook(case.assignment, fill)
+    for after, code in case.extra:
+        pos = next(i for i, c in enumerate(nb.cells)
+                   if c.metadata.get("nbgrader", {}).get("grade_id") == after)
+        nb.cells.insert(pos + 1, nbformat.v4.new_code_cell(code))
+    return nb
+
+
+def test_corpus_size_and_names():
+    names = [c.name for c in CASES]
+    assert len(names) == len(set(names)), "case names must be unique"
+    assert len(CASES) >= 60
+    by_nb = {c.assignment for c in CASES}
+    assert {"01_attention", "03_multihead", "04_normalization"} <= by_nb
+    honest = [c for c in CASES if not c.expect]
+    assert len(honest) >= 10
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_hostile_case(case):
+    res = scan.scan_notebook(build(case), case.assignment)
+    got = {(f.kind, f.certainty, f.exercise) for f in res.findings}
+    listing = "\n".join(f"  {f.certainty} {f.kind} {f.exercise}: {f.describe()}" for f in res.findings)
+    if not case.expect:
+        assert not res.findings, f"honest case {case.name} was flagged:\n{listing}"
+        return
+    for exp in case.expect:
+        assert exp in got, f"{case.name}: expected {exp}, got:\n{listing or '  nothing'}"
+    # a certain finding costs only the exercise it concerns, and only when the case expects it
+    certain_expected = {e for k, c, e in case.expect if c == scan.CERTAIN}
+    assert set(res.zeroed()) == certain_expected, f"{case.name}: zeroed {res.zeroed()}\n{listing}"
+    for f in res.findings:  # every finding says where it is
+        assert f.cell >= 0 and f.line >= 1 and f.message
+
+
+def test_findings_point_at_the_cell_and_line():
+    case = next(c for c in CASES if c.name == "sm_log_softmax_exp")
+    nb = build(case)
+    res = scan.scan_notebook(nb, case.assignment)
+    [f] = res.certain
+    assert nb.cells[f.cell].metadata.nbgrader.grade_id == "softmax" == f.grade_id
+    assert f.line == 2 and "log_softmax" in f.code
+    assert "softmax" in res.zeroed() and "log_softmax" in res.zeroed()["softmax"]
+    assert any(n.startswith("0 points, softmax: cell") for n in res.notes())
+
+
+def test_zeroed_cells_are_the_exercise_tests_only():
+    case = next(c for c in CASES if c.name == "sm_ops_aten")
+    nb = build(case)
+    res = scan.scan_notebook(nb, case.assignment)
+    tests = [c.metadata.nbgrader.grade_id for c in nb.cells
+             if c.metadata.get("nbgrader", {}).get("grade")]
+    cells = res.zeroed_cells(tests)
+    assert sorted(cells) == sorted(t for t in tests if t.startswith("test_softmax_"))
+    assert all("torch.ops.aten.softmax" in why for why in cells.values())
+    enc = scan.ScanResult("06_blocks", ["Encoder", "EncoderLayer"], [scan.Finding(
+        1, "Encoder", 1, "shortcut", scan.CERTAIN, "Encoder", "x")])
+    assert list(enc.zeroed_cells(["test_Encoder_shapes", "test_EncoderLayer_shapes"])) == ["test_Encoder_shapes"]
+
+
+def test_review_never_zeroes():
+    case = next(c for c in CASES if c.name == "patch_allclose")
+    res = scan.scan_notebook(build(case), case.assignment)
+    assert res.review and not res.certain and res.zeroed() == {}
+    assert all(n.startswith("flagged for review") for n in res.notes())
+
+
+def test_unchanged_course_cells_are_not_scanned():
+    # 02 and 03 demo cells use nn.MultiheadAttention and the reference: course code, no flag
+    for a in ("02_masks", "03_multihead", "07_transformer"):
+        assert scan.scan_notebook(read(NOTEBOOKS / f"{a}.ipynb"), a).findings == []
+
+
+def test_edited_course_cell_is_scanned():
+    nb = student_notebook("01_attention")
+    demo = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "nbgrader" not in c.metadata)
+    nb.cells[demo].source += "\ntorch.allclose = lambda *a, **k: True\n"
+    res = scan.scan_notebook(nb, "01_attention")
+    assert [(f.cell, f.kind) for f in res.findings] == [(demo, "tamper")]
+
+
+def test_relabelled_solution_cell_is_still_judged():
+    nb = build(next(c for c in CASES if c.name == "sm_special_softmax"))
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "softmax")
+    del cell.metadata["nbgrader"]  # the student stripped the cell's metadata
+    res = scan.scan_notebook(nb, "01_attention")
+    assert "softmax" in res.zeroed(), res.notes()
+
+
+def test_hostile_metadata_never_crashes_the_scan():
+    nb = build(next(c for c in CASES if c.name == "sm_special_softmax"))
+    nb.cells[1].metadata["nbgrader"] = "not a dict"
+    nb.cells[2].metadata["nbgrader"] = {"grade_id": ["softmax"], "solution": True}
+    nb.cells[3].metadata["nbgrader"] = None
+    extra = nbformat.v4.new_code_cell("x = 1")
+    extra.source = ["import subprocess\n", "subprocess.run('ls')\n"]
+    nb.cells.append(extra)
+    res = scan.scan_notebook(nb, "01_attention")
+    assert "softmax" in res.zeroed()
+    assert any(f.kind == "subprocess" for f in res.findings)
+    from tfsgrade import hygiene, similarity
+    hygiene.clean_feedback_notebook(nb, read(SOLUTIONS / "01_attention.ipynb"))
+    assert "softmax" in similarity.solution_cells(nb)
+
+
+def test_nbformat3_and_syntax_errors():
+    nb = build(next(c for c in CASES if c.name == "sm_ops_aten"))
+    v3 = nbformat.convert(copy.deepcopy(nb), 3)
+    res = scan.scan_notebook(v3, "01_attention")
+    assert "softmax" in res.zeroed()
+    broken = student_notebook("01_attention", {"softmax": "def softmax(x, dim=-1:\n    return torch.softmax(x)\n"})
+    assert scan.scan_notebook(broken, "01_attention").findings == []  # the kernel cannot run it either
+
+
+def test_scan_code_entry_point():
+    assert scan.scan_code("def softmax(x, dim=-1):\n    return F.softmin(-x, dim)\n", "softmax").zeroed()
+    assert not scan.scan_code("def f(x):\n    return torch.softmax(x, -1)\n", "scaled_dot_product_attention").findings
+    r = scan.scan_code("def label_smoothing_cross_entropy(logits, target, smoothing=0.0, ignore_index=-100):\n"
+                       "    return F.cross_entropy(logits.flatten(0, -2), target.flatten(), "
+                       "ignore_index=ignore_index, label_smoothing=smoothing)\n",
+                       "label_smoothing_cross_entropy")
+    assert "label_smoothing_cross_entropy" in r.zeroed()
+    ok = scan.scan_code("def label_smoothing_cross_entropy(logits, target, smoothing=0.0, ignore_index=-100):\n"
+                        "    logp = F.log_softmax(logits, -1)\n"
+                        "    nll = F.nll_loss(logp.flatten(0, -2), target.flatten(), ignore_index=ignore_index)\n"
+                        "    return nll\n", "label_smoothing_cross_entropy")
+    assert not ok.findings
+    for ex, code in [("online_softmax", "def online_softmax(x, block_size):\n    return x.softmax(-1)\n"),
+                     ("flash_attention", "def flash_attention(q, k, v, block_size=64, causal=False):\n"
+                                         "    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)\n"),
+                     ("GroupedQueryAttention", "class GroupedQueryAttention(nn.Module):\n"
+                                               "    def forward(self, x, cache=None):\n"
+                                               "        return torch.ops.aten.scaled_dot_product_attention(x, x, x, enable_gqa=True)\n"),
+                     ("rms_norm", "def rms_norm(x, weight=None, eps=1e-6):\n    return F.rms_norm(x, x.shape[-1:], weight, eps)\n"),
+                     ("RMSNorm", "class RMSNorm(nn.RMSNorm):\n    pass\n")]:
+        assert ex in scan.scan_code(code, ex).zeroed(), ex
+    # later exercises may use earlier built-ins
+    assert not scan.scan_code("def flash_attention(q, k, v, block_size=64, causal=False):\n"
+                              "    return torch.softmax(q @ k.mT, -1) @ v\n", "flash_attention").findings
+    assert not scan.scan_code("class ModernDecoderLM(nn.Module):\n    def __init__(self):\n"
+                              "        super().__init__()\n        self.norm = nn.RMSNorm(8)\n",
+                              "ModernDecoderLM").findings
+
+
+def test_table_covers_the_kernel_guard():
+    """Every name the in-kernel shortcut guard blocks is certain for the scan too."""
+    from tfscratch.checks import core
+    group_of = {"softmax": ("softmax",), "attention": ("attention",), "multihead": ("attention",),
+                "layer_norm": ("layer_norm",), "batch_norm": ("batch_norm",),
+                "online_softmax": ("softmax",), "flash_attention": ("attention",),
+                "rms_norm": ("rms_norm", "layer_norm")}
+    for g, names in core.SHORTCUTS.items():
+        if g == "cross_entropy":  # certain only with label_smoothing= (test_label_smoothing_*)
+            continue
+        leaves = set().union(*(scan.GROUPS[x]["leaves"] for x in group_of[g]))
+        assert names <= leaves, (g, names - leaves)
+    for g, classes in core.MODULE_SHORTCUTS.items():
+        targets = {"multihead": ("attention",), "rms_norm": ("rms_norm", "layer_norm")}.get(g, (g,))
+        assert set(classes) <= set().union(*(scan.GROUPS[x]["leaves"] for x in targets))
+
+
+# ------------------------------------------------------------------ the catalogues and solutions
+MODS = modules()
+ITEMS = [(m.ASSIGNMENT, kind, x) for m in MODS
+         for kind, xs in (("mistake", m.MISTAKES), ("variant", m.VARIANTS)) for x in xs]
+
+
+_NAMES = {"softmax": r"torch\.softmax|F\.softmax|\.softmax\(|nn\.Softmax|softmin|log_softmax",
+          "attention": r"F\.scaled_dot_product_attention|nn\.MultiheadAttention|multi_head_attention_forward",
+          "layer_norm": r"F\.layer_norm|nn\.LayerNorm|torch\.layer_norm|group_norm|instance_norm",
+          "batch_norm": r"F\.batch_norm|nn\.BatchNorm|torch\.batch_norm",
+          "rms_norm": r"F\.rms_norm|nn\.RMSNorm",
+          "transformer": r"nn\.Transformer",
+          "label_smoothing": r"label_smoothing="}
+
+
+def _uses_shortcut(m) -> bool:
+    """A catalogued mistake that really uses a forbidden built-in: it says "shortcut", or its
+    description names a built-in that its own exercise forbids."""
+    if re.search(r"shortcut", m.hint + " " + m.description, re.I):
+        return True
+    said = re.sub(r"\blike \S+", "", m.description)  # "returns (out, w) like nn.MultiheadAttention"
+    return any(re.search(_NAMES[g], said) for g in scan.EXERCISE_GROUPS.get(m.exercise, ()))
+
+
+@pytest.mark.parametrize("assignment", [m.ASSIGNMENT for m in MODS])
+def test_solutions_and_released_notebooks_raise_no_flag(assignment):
+    assert scan.scan_notebook(read(SOLUTIONS / f"{assignment}.ipynb"), assignment).findings == []
+    assert scan.scan_notebook(read(NOTEBOOKS / f"{assignment}.ipynb"), assignment).findings == []
+
+
+@pytest.mark.parametrize("assignment", [m.ASSIGNMENT for m in MODS])
+def test_catalogue_raises_no_flag_except_real_shortcuts(assignment):
+    """Every valid variant and every mistake, in its exercise cell of the released notebook (the
+    other exercises solved), raises no flag; mistakes that use a shortcut are certain for their
+    exercise."""
+    sols = solution_sources(assignment)
+    problems = []
+    for a, kind, x in ITEMS:
+        if a != assignment:
+            continue
+        res = scan.scan_notebook(student_notebook(a, dict(sols, **{x.exercise: x.code})), a)
+        label = f"{kind} {x.exercise}: {x.description}"
+        if kind == "mistake" and _uses_shortcut(x):
+            if x.exercise not in res.zeroed():
+                problems.append(f"{label}: shortcut not caught as certain")
+            stray = [f for f in res.findings if f.certainty != scan.CERTAIN]
+            if stray:
+                problems.append(f"{label}: also flagged {[f.describe() for f in stray]}")
+        elif res.findings:
+            problems.append(f"{label}: flagged {[f.describe() for f in res.findings]}")
+    assert not problems, "\n".join(problems)
