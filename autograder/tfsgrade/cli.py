@@ -96,6 +96,9 @@ def main(argv=None):
     g.add_argument("--workers", type=int, default=0, help="local workers (default: one per core)")
     g.add_argument("--no-sandbox", action="store_true",
                    help="run student code WITHOUT isolation (the report says so)")
+    g.add_argument("--probe-seed", type=int, default=None,
+                   help="seed of the independent check's inputs (default: drawn once per --out "
+                        "folder and kept in OUT/probe_seed.txt, so a rerun gives the same grades)")
     g.add_argument("--reveal-hidden", action="store_true",
                    help="feedback shows hidden tests' code and inputs (after the deadline)")
     c = sub.add_parser("course", help="make an nbgrader course directory for the formgrader")
@@ -125,7 +128,8 @@ def main(argv=None):
         items = grade(a.submissions, a.out, names=a.assignment, db_url=a.db_url,
                       timeout=a.timeout, notebook_timeout=a.notebook_timeout, mem_gb=a.mem_gb,
                       students=a.student, scheduler=a.scheduler, workers=a.workers,
-                      sandbox=not a.no_sandbox, reveal_hidden=a.reveal_hidden)
+                      sandbox=not a.no_sandbox, reveal_hidden=a.reveal_hidden,
+                      probe_seed=a.probe_seed)
         flagged = [it for it in items if it.status == "flagged" or it.reasons]
         print(f"graded {sum(it.status == 'graded' for it in items)} notebook(s); "
               f"{len(flagged)} flagged")

@@ -31,6 +31,7 @@ class Item:
     notebook: bytes | None = None                  # the normalised notebook (stage 1)
     result: dict | None = None                     # the task's result (stage 2)
     flags: list[str] = field(default_factory=list)  # for review: scan findings, similar work
+    verdicts: dict = field(default_factory=dict)   # grade_id -> (passed, message): the coordinator's
 
 
 def unpack(src: Path, work: Path) -> Path:

@@ -21,8 +21,9 @@ from . import course
 def _judges():
     # judge(items, settings, gradebook) -> None; may change grades via the Gradebook API and
     # append to item.reasons / item.flags (tfsgrade.judges: the static scan, similarity)
-    from . import judges
-    return [judges.scan_judge, judges.similarity_judge]
+    # the coordinator's verdict first: the scan's manual zeros then override it
+    from . import judges, verdict
+    return [verdict.verdict_judge, judges.scan_judge, judges.similarity_judge]
 
 
 class RanInSandbox(NbGraderPreprocessor):

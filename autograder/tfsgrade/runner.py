@@ -48,6 +48,67 @@ class BudgetSpent(Exception):
     """The notebook's time budget is spent (not a TimeoutError: nbclient's CellTimeoutError is one)."""
 
 
+PROBE_MIME = "application/x-tfs-probe+json"
+
+
+def insert_probes(nb, probes):
+    """Put each exercise's probe cell (built by the grader) right after the exercise's
+    solution cell, so it sees exactly the object the exercise's test cells see; returns
+    {id(cell): exercise}."""
+    import nbformat
+    made = {}
+    for p in probes:
+        cell = nbformat.v4.new_code_cell(p["source"])
+        cell.metadata["tfsgrade_probe"] = p["exercise"]
+        at = None
+        for i, c in enumerate(nb.cells):
+            g = c.get("metadata", {}).get("nbgrader", {})
+            if g.get("grade_id") == p["exercise"] and g.get("solution"):
+                at = i + 1
+                break
+        if at is None:
+            at = next((i for i, c in enumerate(nb.cells) if str(c.get("metadata", {}).get(
+                "nbgrader", {}).get("grade_id", "")).startswith("test_" + p["exercise"])), len(nb.cells))
+        nb.cells.insert(at, cell)
+        made[id(cell)] = p["exercise"]
+    return made
+
+
+def strip_probes(nb, probe_cells, events, seconds):
+    """Take the probe cells out again: their captures go back beside the notebook, and the
+    events and timings are renumbered to the student's cells."""
+    probes, keep, new_index = {}, [], {}
+    for i, c in enumerate(nb.cells):
+        ex = probe_cells.get(id(c))
+        if ex is None:
+            new_index[i] = len(keep)
+            keep.append(c)
+            continue
+        docs, error = [], None
+        for o in c.get("outputs", []):
+            data = o.get("data", {}) if o.get("output_type") in ("display_data", "execute_result") else {}
+            if PROBE_MIME in data and isinstance(data[PROBE_MIME], dict):
+                docs.append(data[PROBE_MIME])
+            elif o.get("output_type") == "error":
+                error = f"{o.get('ename')}: {str(o.get('evalue'))[:300]}"
+        probes[ex] = {"docs": docs, "error": error}
+    out_events = []
+    for e in events:
+        e = dict(e)
+        if "cells" in e:
+            e["cells"] = [new_index[k] for k in e["cells"] if k in new_index]
+            if not e["cells"]:
+                continue
+            e["cell"] = e["cells"][0]
+        elif e.get("cell") in new_index:
+            e["cell"] = new_index[e["cell"]]
+        elif "cell" in e:
+            e["probe"] = probe_cells.get(id(nb.cells[e.pop("cell")]))
+        out_events.append(e)
+    nb.cells = keep
+    return probes, out_events, {new_index[k]: v for k, v in seconds.items() if k in new_index}
+
+
 def sha(text):
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -69,6 +130,7 @@ def main():
         nbformat.write(nb, cfg["notebook"])
     except OSError:
         pass
+    probe_cells = insert_probes(nb, cfg.get("probes", []))
     cells = nb.cells
     events, seconds = [], {}
     deadline = time.monotonic() + lim["notebook_timeout"]
@@ -169,9 +231,10 @@ def main():
                 not_run(i, f"more than {lim['max_restarts']} kernel restarts")
                 break
     nb.metadata.pop("widgets", None)
+    probes, events, seconds = strip_probes(nb, probe_cells, events, seconds)
     doc = json.dumps({"notebook": nbformat.writes(nb), "events": events,
                       "seconds": seconds, "restarts": restarts, "started": started,
-                      "uid": os.getuid()})
+                      "uid": os.getuid(), "probes": probes})
     with os.fdopen(out_fd, "w") as f:
         f.write(doc)
 

@@ -224,7 +224,7 @@ def execute_task(task: dict) -> dict:
                 str(RUNNER), str(scratch / "ctl")
         cfg = {"source": src, "notebook": f"{cwd}/{a}.ipynb", "cwd": cwd, "limits": task["limits"],
                "drop_to": NOBODY if (task["sandbox"] and root_mode) else None,
-               "nproc": bool(task["sandbox"]) and not root_mode}
+               "nproc": bool(task["sandbox"]) and not root_mode, "probes": task.get("probes", [])}
         (scratch / "ctl" / "run.json").write_text(json.dumps(cfg))
         rfd, wfd = os.pipe()
         cmd = [sys.executable, runner, f"{ctl}/run.json", str(wfd)]
@@ -266,7 +266,7 @@ def execute_task(task: dict) -> dict:
         else:
             doc = json.loads(bytes(data))
             res.update(notebook=doc["notebook"], events=doc["events"], seconds=doc["seconds"],
-                       restarts=doc["restarts"])
+                       restarts=doc["restarts"], probes=doc.get("probes", {}))
             res["sandbox"]["start_ms"] = round((doc["started"] - launched) * 1000, 1)
             res["sandbox"]["uid"] = doc["uid"]
     finally:

@@ -36,12 +36,14 @@ class Settings:
     workers: int = 0               # LocalCluster workers (0: one per core)
     progress: bool | None = None   # None: only on a terminal
     reveal_hidden: bool = False    # feedback shows hidden tests' code (after the deadline)
+    probe_seed: int = 0            # the independent check's inputs (OUT/probe_seed.txt)
     log: object = print
 
     @classmethod
     def build(cls, out, *, db_url=None, names=None, students=None, timeout=120,
               notebook_timeout=900, mem_gb=6.0, sandbox=True, scheduler=None, workers=0,
-              progress=None, reveal_hidden=False, log=print, **limits) -> "Settings":
+              progress=None, reveal_hidden=False, probe_seed=None, log=print,
+              **limits) -> "Settings":
         out = Path(out).resolve()
         course = out / "course"
         return cls(out=out, course=course, tasks=out / "tasks",
@@ -51,7 +53,8 @@ class Settings:
                                  mem_gb=float(mem_gb), **limits),
                    sandbox=bool(sandbox), scheduler=scheduler,
                    workers=int(workers or os.cpu_count() or 1), progress=progress,
-                   reveal_hidden=bool(reveal_hidden), log=log)
+                   reveal_hidden=bool(reveal_hidden), probe_seed=_probe_seed(out, probe_seed),
+                   log=log)
 
     def with_names(self, names) -> "Settings":
         from dataclasses import replace
@@ -59,5 +62,20 @@ class Settings:
 
     def fingerprint(self) -> str:
         """What, besides the notebook, changes a task's result (part of the cache key)."""
-        d = {"limits": asdict(self.limits), "sandbox": self.sandbox}
+        d = {"limits": asdict(self.limits), "sandbox": self.sandbox, "probe_seed": self.probe_seed}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _probe_seed(out: Path, given: int | None) -> int:
+    """The seed of the independent check's inputs: given, or the one this output folder
+    already used, or a fresh one drawn now and kept (a rerun into OUT gives the same grades)."""
+    path = out / "probe_seed.txt"
+    if given is None:
+        try:
+            return int(path.read_text().strip())
+        except (OSError, ValueError):
+            import secrets
+            given = secrets.randbelow(2**31)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{given}\n")
+    return int(given)

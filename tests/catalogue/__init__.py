@@ -166,3 +166,41 @@ def check_variant(assignment: str, v: Variant) -> str | None:
     if bad:
         return "\n".join(f"{r.grade_id}: {r.message or 'wrote to stderr: ' + r.stderr}" for r in bad)
     return None
+
+
+# ------------------------------------------------------------------ the independent check
+SPEC_SEED = 20261126   # the run seed the catalogue tests use for the coordinator's probes
+
+
+def namespace(assignment: str, exercise: str | None = None, code: str | None = None) -> dict:
+    """The notebook's setup and solution cells executed in one namespace, with `exercise`
+    replaced by `code`: what the probes of the grader see in a student's kernel."""
+    import matplotlib
+    matplotlib.use("Agg")
+    ns: dict = {"__name__": "__main__"}
+    for kind, gid, src in cells(assignment):
+        if kind == "setup" or kind == "solution":
+            if kind == "solution" and gid == exercise and code is not None:
+                src = code
+            try:
+                exec(compile(src, f"<{assignment}:{gid}>", "exec"), ns)
+            except Exception:  # noqa: BLE001 - a broken definition: its probes report it
+                if kind == "setup" or gid != exercise:
+                    raise
+    return ns
+
+
+def independent(assignment: str, exercise: str, code: str | None = None, seed: int = SPEC_SEED):
+    """{grade_id: Verdict} of the coordinator's judgement of one exercise, run in-process
+    (the grader runs the same plan in the sandbox and the same judgement outside it)."""
+    from tfscratch.specs import engine
+    ex = next(e for e in engine.specs_for(assignment) if e.name == exercise)
+    ns = namespace(assignment, exercise, code)
+    return engine.judge(ex, seed, engine.student_run(ex, seed, ns))
+
+
+def shortcut_certain(assignment: str, exercise: str, code: str) -> bool:
+    """Whether the grader's static scan zeroes this exercise for this code (a certain
+    shortcut): the independent check need not catch what the scan already scores 0."""
+    from tfsgrade import scan
+    return exercise in scan.scan_code(code, exercise, assignment).zeroed()

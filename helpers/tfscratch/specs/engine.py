@@ -1,0 +1,391 @@
+"""Exercise specs: a table of probes per exercise, and the one engine that turns them into a
+plan, runs the plan on the course's reference, and judges what the student's object captured.
+
+Where it runs: in the grader (the coordinator) only. The probes' *plan* goes into the grading
+sandbox as data and is run there, on the student's object, by `vm.py`; the captures come back
+as plain tensors; this module compares them with what the reference captures on the same plan.
+The reference is imported here, lazily, and never enters the student's process.
+
+A spec module (`tfscratch/specs/<module>.py`) lists `EXERCISES`:
+
+    Exercise("softmax", ref="attention.softmax", probes=[
+        Probe("large logits", cells=["test_softmax_stable"],
+              calls=[call(randn(3, 9, scale=1000.0))]),
+        ...])
+
+- inputs are lazy (`randn`, `randint`, `tokens`, `given`): materialised in the coordinator
+  from the run's hidden seed, so every run may use inputs no student has seen;
+- `make=` constructs a module (`ctor(...)` arguments), `load="reference"` gives it the
+  reference module's parameters (perturbed, so no parameter keeps a default value), copied by
+  name; `mode=` is "train" or "eval";
+- every call's outputs are compared with the reference's at `atol`/`rtol` (float32 defaults
+  of COURSE_SPEC: 1e-5 / 1e-4); `backward=` also compares the input gradients for that
+  upstream gradient, `param_grads=True` the parameters' gradients; `raises=True` asks that the
+  call raise (any exception); `params=True` compares parameter names, shapes and how many are
+  distinct objects; `after=` compares attributes after the calls (running statistics, the
+  attention weights kept for plotting);
+- `cells=` names the graded test cells the probe backs: a cell scores its points when every
+  probe that backs it passes. Every graded cell of a notebook with a spec is backed.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from . import vm
+
+ATOL, RTOL = 1e-5, 1e-4
+
+
+# -- lazy inputs ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Input:
+    build: Callable[[torch.Generator], torch.Tensor]
+    what: str = ""
+
+
+def randn(*shape, scale: float = 1.0, dtype: str = "float32") -> Input:
+    return Input(lambda g: (torch.randn(*shape, generator=g, dtype=torch.float64) * scale)
+                 .to(getattr(torch, dtype)), f"randn{tuple(shape)}" + (f" x{scale:g}" if scale != 1 else ""))
+
+
+def randint(low: int, high: int, *shape) -> Input:
+    return Input(lambda g: torch.randint(low, high, shape, generator=g), f"randint{tuple(shape)}")
+
+
+def given(fn: Callable[[torch.Generator], Any], what: str = "") -> Input:
+    """Any tensor (or bool mask) computed from the generator, e.g. a mask with a padded tail."""
+    return Input(fn, what)
+
+
+@dataclass
+class Call:
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    method: str | None = None
+    grad: tuple = ()             # positions / kwarg names of inputs whose gradient is compared
+    backward: Input | None = None  # upstream gradient for the output (or output[backward_of])
+    backward_of: str = ""
+    raises: bool = False
+    shapes: bool = False         # capture the shape of every tensor created during the call
+
+
+def call(*args, method=None, grad=(), backward=None, backward_of="", raises=False,
+         shapes=False, **kwargs) -> Call:
+    return Call(args, kwargs, method, tuple(grad), backward, backward_of, raises, shapes)
+
+
+def ctor(*args, **kwargs) -> Call:
+    return Call(args, kwargs)
+
+
+def prev(call_index: int, path: str = "") -> dict:
+    """An earlier call's output (path "1" = its second element), e.g. a KV cache."""
+    return {"$prev": [call_index, path]}
+
+
+def fixture(name: str, *args, load: str | None = "random") -> dict:
+    """A stand-in object built by the probe machine (vm.FIXTURES), with seeded weights."""
+    return {"$fixture": name, "args": list(args), "_load": load}
+
+
+@dataclass
+class Probe:
+    name: str
+    cells: tuple
+    calls: list
+    make: Call | None = None
+    load: str | None = None      # "reference": the reference module's (perturbed) parameters
+    mode: str | None = None
+    after: tuple = ()
+    params: bool = False
+    param_grads: bool = False
+    atol: float = ATOL
+    rtol: float = RTOL
+    what: str = ""               # what the probe tries, in words, for the message
+    compare: Callable | None = None  # (key, got, want) -> message or None, for special keys
+
+
+@dataclass
+class Exercise:
+    name: str
+    ref: str                     # "module.Name" under tfscratch.reference
+    probes: list
+    needs: tuple = ()            # other names of the namespace the calls use ({"$ns": name})
+
+    def reference(self):
+        mod, _, obj = self.ref.rpartition(".")
+        return getattr(importlib.import_module(f"tfscratch.reference.{mod}"), obj)
+
+    def cells(self) -> set:
+        return {c for p in self.probes for c in p.cells}
+
+
+# -- plans ----------------------------------------------------------------------------------
+
+def _seed(*parts) -> int:
+    return int.from_bytes(hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:4], "little")
+
+
+class _Builder:
+    def __init__(self, ex: Exercise, run_seed: int):
+        self.ex, self.run_seed, self.tensors, self.n = ex, run_seed, {}, 0
+
+    def tensor(self, t) -> dict:
+        key = f"t{self.n}"
+        self.n += 1
+        self.tensors[key] = vm._np(t) if isinstance(t, torch.Tensor) else np.asarray(t)
+        return {"$t": key}
+
+    def value(self, v, g):
+        if isinstance(v, Input):
+            return self.tensor(v.build(g))
+        if isinstance(v, torch.Tensor):
+            return self.tensor(v)
+        if isinstance(v, torch.dtype):
+            return {"$dtype": str(v).replace("torch.", "")}
+        if isinstance(v, tuple):
+            return {"$tuple": [self.value(x, g) for x in v]}
+        if isinstance(v, list):
+            return [self.value(x, g) for x in v]
+        if isinstance(v, dict) and "$fixture" in v:
+            d = {"$fixture": v["$fixture"], "args": [self.value(a, g) for a in v["args"]]}
+            if v.get("_load") == "random":
+                obj = vm.FIXTURES[v["$fixture"]](*v["args"])
+                d["load"] = {k: self.tensor(_perturbed(t, g)) for k, t in obj.state_dict().items()}
+            return d
+        if isinstance(v, dict) and not any(k.startswith("$") for k in v):
+            return {k: self.value(x, g) for k, x in v.items()}
+        return v
+
+    def probe(self, p: Probe) -> dict:
+        seed = _seed(self.run_seed, self.ex.name, p.name)
+        g = torch.Generator().manual_seed(seed)
+        d = {"name": p.name, "seed": seed % 2**31, "mode": p.mode, "after": list(p.after),
+             "params": p.params or p.param_grads, "param_grads": p.param_grads}
+        if p.make is not None:
+            d["make"] = {"args": [self.value(a, g) for a in p.make.args],
+                         "kwargs": {k: self.value(v, g) for k, v in p.make.kwargs.items()}}
+        if p.load == "reference":
+            torch.manual_seed(seed % 2**31)
+            ref = self.ex.reference()(*p.make.args, **p.make.kwargs)
+            d["load"] = {k: self.tensor(_perturbed(t, g)) for k, t in ref.named_parameters()}
+        d["calls"] = []
+        for c in p.calls:
+            d["calls"].append({
+                "method": c.method, "args": [self.value(a, g) for a in c.args],
+                "kwargs": {k: self.value(v, g) for k, v in c.kwargs.items()},
+                "grad": list(c.grad), "backward": None if c.backward is None else self.value(c.backward, g),
+                "backward_of": c.backward_of, "raises": c.raises, "shapes": c.shapes})
+        return d
+
+
+def _perturbed(t: torch.Tensor, g) -> torch.Tensor:
+    """A parameter with no default value left (LayerNorm's ones and zeros would hide a swap)."""
+    t = t.detach()
+    if not t.is_floating_point():
+        return t.clone()
+    return t + 0.2 * torch.randn(t.shape, generator=g, dtype=t.dtype) * (t.std() if t.numel() > 1 and t.std() > 0 else 1.0)
+
+
+def build_plan(ex: Exercise, run_seed: int) -> tuple[dict, dict]:
+    """The plan for one exercise (JSON-able) and its tensors, from the run's seed."""
+    b = _Builder(ex, run_seed)
+    probes = [b.probe(p) for p in ex.probes]
+    return {"exercise": ex.name, "target": ex.name, "probes": probes}, b.tensors
+
+
+def plan_json(ex: Exercise, run_seed: int) -> dict:
+    plan, tensors = build_plan(ex, run_seed)
+    plan["tensors"] = vm.pack(tensors)
+    return plan
+
+
+# -- the spec of a notebook -----------------------------------------------------------------
+
+def specs_for(assignment: str) -> list[Exercise]:
+    """The exercises of a notebook that have a spec (module named by the manifest)."""
+    module = _MODULES.get(assignment)
+    if module is None:
+        return []
+    return list(importlib.import_module(f"tfscratch.specs.{module}").EXERCISES)
+
+
+_MODULES = {"01_attention": "attention", "02_masks": "masks", "03_multihead": "multihead",
+            "04_normalization": "norm", "05_positional_encoding": "positional",
+            "06_blocks": "blocks", "07_transformer": "transformer",
+            "08_decoder_only": "decoder_only", "09_modern_decoder": "modern_decoder",
+            "10_efficient_attention": "efficient_attention"}
+
+
+def has_spec(assignment: str) -> bool:
+    try:
+        return bool(specs_for(assignment))
+    except ModuleNotFoundError:
+        return False
+
+
+# -- judgement ------------------------------------------------------------------------------
+
+@dataclass
+class Verdict:
+    passed: bool
+    message: str
+
+
+def reference_run(ex: Exercise, run_seed: int) -> dict:
+    plan, tensors = build_plan(ex, run_seed)
+    ns = {ex.name: ex.reference()}
+    for n in ex.needs:
+        ns[n] = _needed(n)
+    res = vm.run_plan(plan, ns, tensors=tensors)
+    errors = {k: v for k, v in res["meta"].items() if k.endswith(".error")}
+    if errors:
+        raise RuntimeError(f"the spec of {ex.name} fails on the reference: {errors}")
+    return res
+
+
+def _needed(name):
+    import tfscratch.reference as r
+    return getattr(r, name)
+
+
+def student_run(ex: Exercise, run_seed: int, namespace: dict) -> dict:
+    """Run the probes in this process on a namespace (tests and the in-process lane)."""
+    plan, tensors = build_plan(ex, run_seed)
+    return vm.run_plan(plan, namespace, tensors=tensors)
+
+
+def _fmt(a) -> str:
+    a = np.asarray(a)
+    return np.array2string(a, precision=4, threshold=8, edgeitems=2) if a.ndim else f"{a.item():.6g}"
+
+
+def label(key: str) -> str:
+    """`probe.1.out.0` -> "output[0] of call 2", for messages."""
+    parts = key.split(".")
+    if len(parts) >= 3 and parts[1].isdigit():
+        n, kind, rest = int(parts[1]) + 1, parts[2], parts[3:]
+        if kind == "out":
+            return (f"output[{']['.join(rest)}]" if rest else "the output") + f" of call {n}"
+        if kind == "grad":
+            return f"the gradient of input {rest[0]} in call {n}"
+        return f"{kind} of call {n}"
+    if len(parts) >= 3 and parts[1] == "after":
+        return f"`{'.'.join(parts[2:])}` after the calls"
+    if len(parts) >= 3 and parts[1] == "pgrad":
+        return f"the gradient of parameter `{'.'.join(parts[2:])}`"
+    return f"`{key}`"
+
+
+def _at(idx) -> tuple:
+    return tuple(int(i) for i in idx)
+
+
+def _compare_key(key, got, want, p: Probe) -> str | None:
+    if p.compare is not None:
+        msg = p.compare(key, got, want)
+        if msg != "default":
+            return msg
+    if key.endswith(".shapes"):
+        return None
+    what = label(key)
+    if got.shape != want.shape:
+        return f"{what} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    if want.dtype == np.bool_ or np.issubdtype(want.dtype, np.integer):
+        if not np.array_equal(got.astype(want.dtype) if got.dtype != want.dtype else got, want) \
+                or (got.dtype.kind == "f" and not np.array_equal(got, want)):
+            bad = np.argwhere(got != want)
+            at = _at(bad[0]) if bad.size else ()
+            return (f"{what} differs from the expected values"
+                    + (f" at {at}: got {got[at] if at else got}, expected {want[at] if at else want}" if at else
+                       f": got {_fmt(got)}, expected {_fmt(want)}"))
+        return None
+    g64, w64 = got.astype(np.float64), want.astype(np.float64)
+    nan_g, nan_w = np.isnan(g64), np.isnan(w64)
+    if (nan_g & ~nan_w).any():
+        at = _at(np.argwhere(nan_g & ~nan_w)[0])
+        return f"{what} has NaN at {at} where the expected value is {w64[at]:.6g}"
+    ok = np.isclose(g64, w64, atol=p.atol, rtol=p.rtol, equal_nan=True)
+    if not ok.all():
+        diff = np.where(ok, 0, np.abs(np.nan_to_num(g64 - w64, nan=np.inf)))
+        at = _at(np.unravel_index(np.argmax(diff), diff.shape)) if diff.ndim else ()
+        return (f"{what} differs from the expected values by up to {diff.max():.3g} "
+                f"(at {at}: got {g64[at]:.6g}, expected {w64[at]:.6g}; "
+                f"{int((~ok).sum())} of {ok.size} values outside atol={p.atol:g}, rtol={p.rtol:g})")
+    return None
+
+
+def judge_probe(p: Probe, want: dict, got: dict) -> str | None:
+    """None when the student's captures match the reference's, else what differs."""
+    wc, wm, gc, gm = want["caps"], want["meta"], got["caps"], got["meta"]
+    err = gm.get(f"{p.name}.error")
+    if err:
+        return f"your code raised {err}"
+    for key, w in wc.items():
+        if not key.startswith(f"{p.name}."):
+            continue
+        if key not in gc:
+            if key.endswith(".raised"):
+                return "a call that must raise an error (an input longer than allowed) did not"
+            kind = gm.get(key) or gm.get(key.rsplit(".", 1)[0])
+            return f"{label(key)} is missing" + (f" (your code gave {kind})" if kind else "")
+        if key.endswith(".raised"):
+            if bool(gc[key]) != bool(w):
+                return ("the call should raise an error (for example an input longer than "
+                        "max_len) but returned normally" if bool(w) else
+                        f"the call raised {gm.get(key, 'an error')}")
+            continue
+        msg = _compare_key(key, np.asarray(gc[key]), np.asarray(w), p)
+        if msg:
+            return msg
+    if p.params:
+        wp, gp = wm.get(f"{p.name}.params"), gm.get(f"{p.name}.params")
+        if gp is not None and sorted(map(tuple, [(n, tuple(s)) for n, s in gp])) != \
+                sorted(map(tuple, [(n, tuple(s)) for n, s in wp])):
+            ws = {n for n, _ in wp}
+            gs = {n for n, _ in gp}
+            extra, missing = sorted(gs - ws)[:3], sorted(ws - gs)[:3]
+            return ("the module's parameters differ from the specification's"
+                    + (f"; missing {missing}" if missing else "")
+                    + (f"; unexpected {extra}" if extra else "")
+                    + ("" if missing or extra else "; same names, other shapes"))
+        if gm.get(f"{p.name}.param_ids") != wm.get(f"{p.name}.param_ids"):
+            return (f"the module holds {gm.get(f'{p.name}.param_ids')} distinct parameter tensors, "
+                    f"the specification {wm.get(f'{p.name}.param_ids')}: a sub-module is shared "
+                    "where each layer needs its own")
+    for key in wm:
+        if key.startswith(f"{p.name}.after.") and str(gm.get(key, "")).startswith("missing"):
+            return f"attribute {key.split('.after.')[1]!r} {gm[key]}"
+    return None
+
+
+def judge(ex: Exercise, run_seed: int, got: dict, want: dict | None = None) -> dict:
+    """{grade_id: Verdict} for every cell the exercise's probes back."""
+    want = reference_run(ex, run_seed) if want is None else want
+    fails: dict[str, list[str]] = {}
+    for p in ex.probes:
+        msg = judge_probe(p, want, got)
+        if msg:
+            for c in p.cells:
+                fails.setdefault(c, []).append(f"{p.what or p.name}: {msg}")
+    return {c: Verdict(c not in fails, "; ".join(fails.get(c, [])) or "passed")
+            for c in ex.cells()}
+
+
+def judge_assignment(assignment: str, run_seed: int, results: dict) -> dict:
+    """results: {exercise: {"caps", "meta"}} from the sandbox; returns {grade_id: Verdict}."""
+    out = {}
+    for ex in specs_for(assignment):
+        got = results.get(ex.name) or {"caps": {}, "meta": {
+            f"{p.name}.error": "CheckNotRun: the independent check of this exercise did not run "
+                               "(the kernel died or the cell timed out before it)"
+            for p in ex.probes}}
+        out.update(judge(ex, run_seed, got))
+    return out

@@ -1,0 +1,331 @@
+"""The probe machine: runs one exercise's probe plan on an object and captures plain tensors.
+
+The same code runs in two places:
+
+- in the grading sandbox, inside the student's kernel, on the student's object: the grader
+  embeds this file's *text* in a probe cell (so nothing the student patched in
+  `tfscratch` is used), runs it right after the exercise's solution cell, and reads the
+  captures back from the cell's output as an `.npz` (never pickle);
+- in the coordinator, on the course's reference object, with the same plan: what the
+  reference captures is what the student's object should have captured.
+
+It imports torch, numpy and the standard library only, never the reference or the checks.
+
+A plan (JSON, plus its tensors in an npz) is a list of probes. A probe may construct the
+target (`make`), load named parameters into it (`load`), put it in train or eval mode, then
+make calls in order; each call's outputs are captured, optionally the gradients of the
+inputs that ask for them for a given upstream gradient (`backward`), and whether it raised
+(a call that is expected to raise says `"raises": true`). After the calls, named attributes
+(`after`), parameter names and shapes (`params`) and parameter gradients are captured.
+
+Values in args/kwargs: JSON scalars and lists, or {"$t": key} a tensor of the plan,
+{"$tuple": [...]}, {"$dtype": "float64"}, {"$prev": [call, output_path]} an earlier call's
+output (a KV cache), {"$ns": name} another object of the namespace, {"$fixture": name, ...}
+an object built by this machine (`FIXTURES`: stand-in models for decoding functions).
+"""
+import base64
+import io
+import json
+import traceback
+
+import numpy as np
+import torch
+
+MIME = "application/x-tfs-probe+json"
+
+
+# -- tensors in and out -------------------------------------------------------------------
+
+def pack(arrays: dict) -> str:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def unpack(text: str) -> dict:
+    if not text:
+        return {}
+    with np.load(io.BytesIO(base64.b64decode(text)), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _np(t):
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16 or t.dtype == torch.float16:
+        t = t.float()
+    return t.numpy().copy()
+
+
+# -- fixtures: stand-in objects a probe passes to the exercise -----------------------------
+
+class ToySeq2Seq(torch.nn.Module):
+    """A tiny deterministic encoder-decoder offering encode/decode/generator and forward,
+    for decoding functions (greedy_decode): the next token depends on the source and on the
+    prefix through embeddings and a causal mean, so a decoder that feeds the wrong prefix or
+    the wrong source gives other tokens."""
+
+    def __init__(self, vocab: int, d: int, pad_id: int = 0):
+        super().__init__()
+        self.pad_id = pad_id
+        self.src_embed = torch.nn.Embedding(vocab, d)
+        self.tgt_embed = torch.nn.Embedding(vocab, d)
+        self.mix = torch.nn.Linear(2 * d, d)
+        self.generator = torch.nn.Linear(d, vocab)
+
+    def encode(self, src, src_mask=None):
+        return self.src_embed(src)                                   # (B, Ls, d)
+
+    def decode(self, tgt, memory, src_mask=None, tgt_mask=None):
+        B, T = tgt.shape
+        h = self.tgt_embed(tgt).cumsum(1) / torch.arange(1, T + 1).view(1, T, 1)  # causal mean
+        ctx = memory.mean(1, keepdim=True).expand(B, T, -1)
+        return torch.tanh(self.mix(torch.cat([h, ctx], -1)))         # (B, T, d)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        return self.generator(self.decode(tgt, self.encode(src)))
+
+
+class ToyLM(torch.nn.Module):
+    """A tiny causal language model `forward(tokens) -> logits (B, T, V)` for sampling and
+    generation functions; a causal mean of embeddings, so every prefix token matters."""
+
+    def __init__(self, vocab: int, d: int):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, d)
+        self.head = torch.nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        T = tokens.shape[1]
+        h = self.embed(tokens).cumsum(1) / torch.arange(1, T + 1).view(1, T, 1)
+        return self.head(torch.tanh(h))
+
+
+FIXTURES = {"toy_seq2seq": ToySeq2Seq, "toy_lm": ToyLM}
+
+
+# -- the machine --------------------------------------------------------------------------
+
+class _Ctx:
+    def __init__(self, tensors, namespace):
+        self.tensors, self.ns, self.outs = tensors, namespace, {}
+
+    def value(self, v, want_grad=False):
+        if isinstance(v, dict):
+            if "$t" in v:
+                t = torch.from_numpy(np.array(self.tensors[v["$t"]]))
+                return t.requires_grad_(True) if want_grad else t
+            if "$tuple" in v:
+                return tuple(self.value(x) for x in v["$tuple"])
+            if "$dtype" in v:
+                return getattr(torch, v["$dtype"])
+            if "$prev" in v:
+                ci, path = v["$prev"]
+                return _get(self.outs[ci], path)
+            if "$ns" in v:
+                return self.ns[v["$ns"]]
+            if "$fixture" in v:
+                obj = FIXTURES[v["$fixture"]](*[self.value(a) for a in v.get("args", [])])
+                _load(obj, {k: self.value(x) for k, x in v.get("load", {}).items()}, strict=True)
+                return obj.eval()
+            return {k: self.value(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [self.value(x) for x in v]
+        return v
+
+
+def _get(out, path):
+    for p in str(path).split(".") if path != "" else []:
+        if isinstance(out, (tuple, list)):
+            out = out[int(p)]
+        elif isinstance(out, dict):
+            out = out[p]
+        else:
+            raise TypeError(f"expected a tuple or list (e.g. (output, weights)), got {type(out).__name__}")
+    return out
+
+
+def _load(module, state: dict, strict: bool = False):
+    """Copy named tensors into the module's parameters (and buffers) of the same name."""
+    own = dict(module.named_parameters())
+    own.update(dict(module.named_buffers()))
+    missing = [k for k in state if k not in own]
+    if missing:
+        raise AttributeError(f"the module has no parameter named {missing[0]!r} "
+                             f"(it has {sorted(own)[:8]}{'...' if len(own) > 8 else ''})")
+    with torch.no_grad():
+        for k, v in state.items():
+            if tuple(own[k].shape) != tuple(v.shape):
+                raise ValueError(f"parameter {k!r} has shape {tuple(own[k].shape)}, "
+                                 f"expected {tuple(v.shape)}")
+            own[k].copy_(v)
+
+
+def _capture(out, prefix, caps, meta):
+    """Flatten an output (tensor, number, bool, None, tuple/list/dict of them) into caps."""
+    if isinstance(out, torch.Tensor):
+        caps[prefix] = _np(out)
+        meta[prefix] = str(out.dtype).replace("torch.", "")
+    elif isinstance(out, (bool, int, float)):
+        caps[prefix] = np.asarray(out)
+        meta[prefix] = type(out).__name__
+    elif out is None:
+        meta[prefix] = "None"
+    elif isinstance(out, (tuple, list)):
+        meta[prefix] = f"{type(out).__name__}[{len(out)}]"
+        for i, o in enumerate(out):
+            _capture(o, f"{prefix}.{i}", caps, meta)
+    elif isinstance(out, dict):
+        meta[prefix] = "dict"
+        for k, o in out.items():
+            _capture(o, f"{prefix}.{k}", caps, meta)
+    else:
+        meta[prefix] = type(out).__name__
+
+
+def _where(exc) -> str:
+    """The student's own line where the exception happened (the deepest notebook frame)."""
+    line = ""
+    for fr in traceback.extract_tb(exc.__traceback__):
+        if "ipykernel" in fr.filename or fr.filename.startswith("<"):
+            line = f" (line {fr.lineno}: {(fr.line or '').strip()[:120]})"
+    return line
+
+
+def _error(exc) -> str:
+    if isinstance(exc, NotImplementedError):
+        return "NotImplementedError: not implemented yet"
+    msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {msg}{_where(exc)}"
+
+
+class _Shapes:
+    """Records the shape of every tensor each PyTorch operation creates during a call (a
+    dispatch-level hook, factory functions included), for probes about memory: a blockwise
+    attention must never create an (Lq, Lk) matrix. Rows of the capture: the shape, padded
+    with 0 to 6 axes; at most 20,000 operations."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        rows = self.rows = []
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                    if isinstance(t, torch.Tensor) and len(rows) < 20000:
+                        shp = list(t.shape)[-6:]
+                        rows.append([0] * (6 - len(shp)) + shp)
+                return out
+        self.mode = Mode()
+
+    def array(self):
+        return np.asarray(self.rows or np.zeros((0, 6)), dtype=np.int64).reshape(-1, 6)
+
+
+def run_probe(probe: dict, target, tensors: dict, namespace: dict) -> tuple[dict, dict]:
+    """Run one probe on `target`; returns (captured arrays, meta). Never raises, except
+    KeyboardInterrupt (the grader's time limit)."""
+    caps, meta = {}, {}
+    ctx = _Ctx(tensors, namespace)
+    p = probe["name"]
+    try:
+        torch.manual_seed(probe.get("seed", 0))
+        obj = target
+        if probe.get("make") is not None:
+            mk = probe["make"]
+            obj = target(*ctx.value(mk.get("args", [])), **ctx.value(mk.get("kwargs", {})))
+        if probe.get("load"):
+            _load(obj, {k: ctx.value(v) for k, v in probe["load"].items()})
+        if probe.get("mode") in ("train", "eval"):
+            obj.train(probe["mode"] == "train")
+        with torch.set_grad_enabled(True):
+            for ci, call in enumerate(probe.get("calls", [])):
+                key = f"{p}.{ci}"
+                fn = obj if call.get("method") is None else getattr(obj, call["method"])
+                grads = set(call.get("grad", []))
+                args = [ctx.value(a, want_grad=i in grads) for i, a in enumerate(call.get("args", []))]
+                kwargs = {k: ctx.value(v, want_grad=k in grads) for k, v in call.get("kwargs", {}).items()}
+                torch.manual_seed(probe.get("seed", 0) + 1 + ci)
+                if call.get("raises"):
+                    try:
+                        fn(*args, **kwargs)
+                        caps[f"{key}.raised"] = np.asarray(False)
+                    except KeyboardInterrupt:
+                        raise
+                    except Exception as e:  # noqa: BLE001 - any exception type counts
+                        caps[f"{key}.raised"] = np.asarray(True)
+                        meta[f"{key}.raised"] = _error(e)
+                    continue
+                if call.get("shapes"):
+                    rec = _Shapes()
+                    with rec.mode:
+                        out = fn(*args, **kwargs)
+                    caps[f"{key}.shapes"] = rec.array()
+                else:
+                    out = fn(*args, **kwargs)
+                ctx.outs[ci] = out
+                _capture(out, f"{key}.out", caps, meta)
+                if call.get("backward") is not None:
+                    y = _get(out, call.get("backward_of", ""))
+                    y.backward(ctx.value(call["backward"]))
+                    for i, a in enumerate(args):
+                        if i in grads and a.grad is not None:
+                            caps[f"{key}.grad.{i}"] = _np(a.grad)
+                    for k, a in kwargs.items():
+                        if k in grads and a.grad is not None:
+                            caps[f"{key}.grad.{k}"] = _np(a.grad)
+        for name in probe.get("after", []):
+            try:
+                _capture(_get_attr(obj, name), f"{p}.after.{name}", caps, meta)
+            except AttributeError as e:
+                meta[f"{p}.after.{name}"] = f"missing: {e}"
+        if probe.get("params"):
+            named = list(obj.named_parameters())
+            meta[f"{p}.params"] = [[n, list(t.shape)] for n, t in named]
+            meta[f"{p}.param_ids"] = len({id(t) for _, t in named})
+            for n, t in named:
+                if t.grad is not None and probe.get("param_grads"):
+                    caps[f"{p}.pgrad.{n}"] = _np(t.grad)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - SystemExit too: the student's code ends here
+        meta[f"{p}.error"] = _error(e)
+    return caps, meta
+
+
+def _get_attr(obj, dotted):
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def run_plan(plan: dict, namespace: dict, tensors: dict | None = None, emit=None) -> dict:
+    """Run every probe of a plan on `namespace[plan['target']]`. `emit(doc)` is called after
+    each probe (in the kernel: displays it, so the probes done survive a later crash).
+    Returns {"caps": arrays, "meta": {...}} merged over all probes."""
+    tensors = unpack(plan.get("tensors", "")) if tensors is None else tensors
+    caps, meta = {}, {}
+    target = namespace.get(plan["target"])
+    for probe in plan["probes"]:
+        if target is None:
+            c, m = {}, {f"{probe['name']}.error": f"NameError: {plan['target']!r} is not defined"}
+        else:
+            c, m = run_probe(probe, target, tensors, namespace)
+        caps.update(c)
+        meta.update(m)
+        if emit is not None:
+            emit({"exercise": plan["exercise"], "probe": probe["name"], "caps": pack(c),
+                  "meta": m})
+    return {"caps": caps, "meta": meta}
+
+
+def kernel_main(plan_json: str, namespace: dict) -> None:
+    """Entry point of the probe cell in the student's kernel."""
+    from IPython.display import display
+    plan = json.loads(plan_json)
+
+    def emit(doc):
+        display({MIME: doc, "text/plain": f"[independent check: {doc['exercise']}/{doc['probe']}]"},
+                raw=True)
+    run_plan(plan, namespace, emit=emit)

@@ -1,0 +1,57 @@
+"""The coordinator's verdict (issue 14): the exercise specs of `tfscratch.specs`, run as the
+grader runs them (the probe plan on the student's object, the judgement against the reference)
+but in-process. Every graded cell of a notebook with a spec is backed by a probe; the solution
+passes every cell; every catalogued mistake fails at least one cell of its exercise (or is a
+certain shortcut the scan scores 0); every valid variant passes every cell."""
+import pytest
+
+import catalogue
+from catalogue import independent, shortcut_certain
+from nbtools import points
+from test_catalogue import lanes
+from tfscratch.specs import engine
+
+SPECCED = [m for m in catalogue.modules() if engine.has_spec(m.ASSIGNMENT)]
+MISTAKES = [(m.ASSIGNMENT, x) for m in SPECCED for x in m.MISTAKES]
+VARIANTS = [(m.ASSIGNMENT, x) for m in SPECCED for x in m.VARIANTS]
+EXERCISES = [(m.ASSIGNMENT, e) for m in SPECCED for e in m.EXERCISES]
+
+
+@pytest.mark.parametrize("assignment", [m.ASSIGNMENT for m in SPECCED])
+def test_every_graded_cell_is_backed_by_a_probe(assignment):
+    graded = {g for g in points(assignment) if g.startswith("test_")}
+    backed = {c for ex in engine.specs_for(assignment) for c in ex.cells()}
+    assert graded - backed == set(), f"graded cells no probe backs: {sorted(graded - backed)}"
+    assert backed - graded == set(), f"probes name cells that do not exist: {sorted(backed - graded)}"
+    names = {e.name for e in engine.specs_for(assignment)}
+    for c in backed:
+        assert any(c == f"test_{n}" or c.startswith(f"test_{n}_") for n in names), c
+
+
+@pytest.mark.parametrize("assignment,exercise", EXERCISES, ids=[f"{a}:{e}" for a, e in EXERCISES])
+def test_solution_passes_the_independent_check(assignment, exercise):
+    for seed in (catalogue.SPEC_SEED, 7):
+        bad = {g: v.message for g, v in independent(assignment, exercise, seed=seed).items()
+               if not v.passed}
+        assert not bad, f"seed {seed}: {bad}"
+
+
+@pytest.mark.parametrize("assignment,m", lanes(MISTAKES))
+def test_mistake_fails_the_independent_check(assignment, m):
+    verdicts = independent(assignment, m.exercise, m.code)
+    if all(v.passed for v in verdicts.values()):
+        assert shortcut_certain(assignment, m.exercise, m.code), \
+            f"no cell of {m.exercise} fails the independent check for: {m.description}"
+
+
+@pytest.mark.parametrize("assignment,v", lanes(VARIANTS))
+def test_variant_passes_the_independent_check(assignment, v):
+    bad = {g: x.message for g, x in independent(assignment, v.exercise, v.code).items()
+           if not x.passed}
+    assert not bad, f"{v.description}: {bad}"
+
+
+def test_untouched_exercise_fails_every_cell_without_a_crash():
+    verdicts = independent("01_attention", "softmax", "def softmax(x, dim=-1):\n    raise NotImplementedError()\n")
+    assert verdicts and not any(v.passed for v in verdicts.values())
+    assert all("not implemented yet" in v.message for v in verdicts.values())
