@@ -17,6 +17,8 @@ RULES = [
      "the checks import the reference (a cycle), and it must not load plotting on import"),
     ("helpers/tfscratch/checks", ("matplotlib", "ipywidgets") + DEMO,
      "checks judge; they draw nothing and do not depend on the notebooks' demo code"),
+    ("helpers/tfscratch/specs", ("tfscratch.checks", "matplotlib", "ipywidgets") + DEMO,
+     "the independent check must not depend on the in-kernel checks or demo code"),
     ("autograder/tfsgrade", DEMO + TESTS,
      "the grader imports the specs (tfscratch.checks, tfscratch.reference), never demo code"),
 ]
@@ -74,3 +76,10 @@ def test_the_scan_finds_a_violation(tmp_path):
         "helpers/tfscratch/reference/bad.py:2 imports tfscratch.checks",
         "helpers/tfscratch/reference/bad.py:2 imports tfscratch.checks.core",
     ]
+
+
+def test_the_probe_machine_imports_torch_numpy_and_the_standard_library_only():
+    """vm.py's text runs inside the student's kernel: it may not import the course."""
+    path = REPO / "helpers/tfscratch/specs/vm.py"
+    mods = {t.split(".")[0] for _, t in imports(path)}
+    assert mods <= {"base64", "io", "json", "traceback", "numpy", "torch", "IPython"}, mods

@@ -22,6 +22,17 @@ PATCH = """def softmax(x, dim=-1):
 chk.check_softmax_stable = lambda f: print("\\u2714 stable")  # tampering with a check
 """
 
+# Wrong code that silences every check of its kernel: only the independent check can see it.
+FORGE = """import torch as _t
+_t.allclose = lambda *a, **k: True
+for _n in dir(chk):
+    if _n.startswith("check_"):
+        setattr(chk, _n, lambda *a, **k: print("\u2714 passed"))
+
+def softmax(x, dim=-1):
+    return x / x.sum(dim=dim, keepdim=True)
+"""
+
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
@@ -34,6 +45,7 @@ def graded(tmp_path_factory):
           subs / "max" / f"{A01}.ipynb")
     write(student_notebook(A01, dict(sols, softmax=PATCH)), subs / "leo" / f"{A01}.ipynb")
     write(student_notebook(A01, sols), subs / "zoe" / f"{A01}.ipynb")
+    write(student_notebook(A01, dict(sols, softmax=FORGE)), subs / "ivy" / f"{A01}.ipynb")
     out = base / "out"
     grade(subs, out, names=[A01], timeout=30, log=lambda *a: None)
     with (out / "grades.csv").open() as f:
@@ -67,3 +79,20 @@ def test_tampering_is_flagged_for_review_with_cell_and_line(graded):
     assert "flagged for review" in rows["leo"]["flags"] and "line" in rows["leo"]["flags"]
     report = (out / "report.md").read_text()
     assert "## For review" in report and "leo" in report.split("## For review")[1]
+
+
+def test_the_independent_check_decides_what_a_tampered_kernel_passed(graded):
+    """leo patched the stability check of an unstable softmax; ivy silenced every check and
+    torch.allclose around a softmax that is not one. Their kernels pass those cells; the
+    coordinator's verdict (probes run in the sandbox, judged outside) is what counts, and
+    the disagreement is flagged with the cell's name."""
+    out, rows = graded
+    pts = points(A01)
+    full = sum(pts.values())
+    assert float(rows["leo"][A01]) == full - pts["test_softmax_stable"] - pts["test_softmax_random"], rows["leo"]
+    assert "results differ between the notebook and the independent check" in rows["leo"]["flags"]
+    assert "test_softmax_stable" in rows["leo"]["flags"]
+    assert float(rows["ivy"][A01]) == full - _part("softmax"), rows["ivy"]
+    assert "results differ" in rows["ivy"]["flags"] and "test_softmax_rows" in rows["ivy"]["flags"]
+    page = (out / "feedback" / "ivy" / f"{A01}.html").read_text()
+    assert "graded by the independent check: failed" in page

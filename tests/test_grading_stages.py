@@ -167,3 +167,39 @@ def test_watchdog_caps_children_together_without_a_cgroup(monkeypatch):
     waits = out.cells[1].outputs[0]["text"]
     assert "-9" in waits, waits          # some children were killed ...
     assert out.cells[2].outputs[0]["text"] == "42\n"   # ... and the notebook went on
+
+
+def test_probe_cells_go_after_their_solution_cell_and_come_out_again():
+    """runner.insert_probes / strip_probes: the probe cell follows the exercise's solution
+    cell; afterwards the notebook is the student's again, its events and timings renumbered,
+    and the probe's captures (or its error) come back per exercise."""
+    import nbformat
+    from tfsgrade import runner
+    nb = nbformat.v4.new_notebook()
+    sol = nbformat.v4.new_code_cell("def softmax(x, dim=-1): ...")
+    sol.metadata["nbgrader"] = {"grade_id": "softmax", "solution": True}
+    test = nbformat.v4.new_code_cell("chk.check_softmax_rows(softmax)")
+    test.metadata["nbgrader"] = {"grade_id": "test_softmax_rows", "grade": True}
+    nb.cells = [nbformat.v4.new_code_cell("import torch"), sol, test]
+    made = runner.insert_probes(nb, [{"exercise": "softmax", "source": "probe()"}])
+    assert [c.source for c in nb.cells] == ["import torch", sol.source, "probe()", test.source]
+    nb.cells[2].outputs = [nbformat.v4.new_output("display_data", data={
+        runner.PROBE_MIME: {"exercise": "softmax", "probe": "rows", "caps": "", "meta": {}}})]
+    events = [{"cell": 2, "kind": "timeout"}, {"cell": 3, "kind": "died"},
+              {"cell": 2, "kind": "not_run", "cells": [2, 3], "why": "budget"}]
+    probes, ev, secs = runner.strip_probes(nb, made, events, {0: 0.1, 2: 0.5, 3: 1.0})
+    assert [c.source for c in nb.cells] == ["import torch", sol.source, test.source]
+    assert probes["softmax"]["docs"][0]["probe"] == "rows" and probes["softmax"]["error"] is None
+    assert ev[0] == {"kind": "timeout", "probe": "softmax"}
+    assert ev[1] == {"cell": 2, "kind": "died"}
+    assert ev[2]["cells"] == [2] and ev[2]["cell"] == 2
+    assert secs == {0: 0.1, 2: 1.0}
+
+
+def test_verdict_of_a_probe_that_never_came_back_is_a_failure_with_the_reason():
+    from tfsgrade import verdict
+    v = verdict.judge_item("01_attention", 5, {"softmax": {"docs": [], "error": "CellTimeoutError: "}})
+    softmax_cells = [g for g in v if g.startswith("test_softmax")]
+    assert softmax_cells and all(not v[g].passed and "could not run" in v[g].message for g in softmax_cells)
+    # the other exercise had no probe cell at all (no result): failed too, never passed
+    assert all(not v[g].passed for g in v)

@@ -1,5 +1,5 @@
-"""Every solution notebook runs top to bottom headless without an error, within its time
-budget, and shows the figures it draws; every notebook is stored without outputs."""
+"""Every solution notebook runs top to bottom headless without an error (its time is
+recorded for the bench, not asserted), and shows the figures it draws; every notebook is stored without outputs."""
 import os
 import time
 
@@ -9,7 +9,6 @@ from nbclient import NotebookClient
 
 from nbtools import NOTEBOOKS, REPO, SOLUTIONS, assignments, read
 
-BUDGET = {"07_transformer": 90}  # seconds; 60 for every other notebook (plus start-up slack)
 DRAWS = ("plots.", "explore(", "plt.", "fig.", ".plot(", "imshow(")
 TIMES = {}
 
@@ -56,8 +55,8 @@ def test_solution_executes_headless(assignment, tmp_path):
     table = "".join(o.get("data", {}).get("text/plain", "") for o in last.get("outputs", []))
     assert last.id == "progress" and "0 failed, 0 not done" in table, f"{assignment}: {table[:800]}"
     nbformat.write(nb, tmp_path / f"{assignment}.executed.ipynb")
-    budget = BUDGET.get(assignment, 60)
-    assert secs < budget * 1.5, f"{assignment} took {secs:.0f}s headless (budget {budget}s)"
+    # the time is recorded (TIMES; `make bench` reports it against the 60 s goal), never
+    # asserted: a test must not fail because the machine is busy
 
 
 @pytest.mark.parametrize("path", sorted(SOLUTIONS.glob("*.ipynb")) + sorted(NOTEBOOKS.glob("*.ipynb")),

@@ -84,7 +84,7 @@ def clean_autograded(items, s) -> None:
             if path.exists():
                 nb = nbformat.read(path, as_version=4)
                 nbformat.write(hygiene.clean_feedback_notebook(
-                    nb, source, reveal_hidden=s.reveal_hidden), path)
+                    nb, source, reveal_hidden=s.reveal_hidden, verdicts=it.verdicts), path)
 
 
 def sanitise_page(html_path: Path, item=None, s=None) -> None:

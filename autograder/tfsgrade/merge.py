@@ -61,6 +61,12 @@ def _notes_from_events(it, nb, s) -> list[str]:
         cur = gid or cur
         owner[i] = gid or (f"after {cur}" if cur else "before the first exercise")
     for e in it.result.get("events", []):
+        if "cell" not in e:    # the independent check's probe cell of an exercise
+            out.append(f"the independent check of {e.get('probe')} "
+                       + ("ran past the time limit" if e["kind"] in ("timeout", "stuck") else
+                          "killed the kernel" if e["kind"] == "died" else "did not run")
+                       + f": the cells of {e.get('probe')} it could not check score 0")
+            continue
         where = f"cell {e['cell']} ({owner.get(e['cell'], '?')})"
         if e["kind"] == "timeout":
             out.append(f"{where} ran past the time limit{lim} (an infinite loop?) and was "

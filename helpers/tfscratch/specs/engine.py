@@ -48,6 +48,7 @@ ATOL, RTOL = 1e-5, 1e-4
 class Input:
     build: Callable[[torch.Generator], torch.Tensor]
     what: str = ""
+    device: str | None = None    # moved there in the student's kernel ("meta": shapes only)
 
 
 def randn(*shape, scale: float = 1.0, dtype: str = "float32") -> Input:
@@ -59,9 +60,12 @@ def randint(low: int, high: int, *shape) -> Input:
     return Input(lambda g: torch.randint(low, high, shape, generator=g), f"randint{tuple(shape)}")
 
 
-def given(fn: Callable[[torch.Generator], Any], what: str = "") -> Input:
-    """Any tensor (or bool mask) computed from the generator, e.g. a mask with a padded tail."""
-    return Input(fn, what)
+def given(fn: Callable[[torch.Generator], Any], what: str = "", device: str | None = None) -> Input:
+    """Any tensor (or bool mask) computed from the generator, e.g. a mask with a padded tail.
+    device="meta" hands the exercise a tensor on PyTorch's meta device (shapes, no values):
+    outputs that stay on it are compared by dtype and shape, and one that lands on the CPU
+    shows code that ignores its input's device."""
+    return Input(fn, what, device)
 
 
 @dataclass
@@ -74,11 +78,13 @@ class Call:
     backward_of: str = ""
     raises: bool = False
     shapes: bool = False         # capture the shape of every tensor created during the call
+    keep: tuple = ()             # positions / kwarg names of tensor args captured AFTER the call
+                                 # (updated in place, e.g. running statistics): key `.arg.<i>`
 
 
 def call(*args, method=None, grad=(), backward=None, backward_of="", raises=False,
-         shapes=False, **kwargs) -> Call:
-    return Call(args, kwargs, method, tuple(grad), backward, backward_of, raises, shapes)
+         shapes=False, keep=(), **kwargs) -> Call:
+    return Call(args, kwargs, method, tuple(grad), backward, backward_of, raises, shapes, tuple(keep))
 
 
 def ctor(*args, **kwargs) -> Call:
@@ -145,7 +151,10 @@ class _Builder:
 
     def value(self, v, g):
         if isinstance(v, Input):
-            return self.tensor(v.build(g))
+            d = self.tensor(v.build(g))
+            if v.device:
+                d["device"] = v.device
+            return d
         if isinstance(v, torch.Tensor):
             return self.tensor(v)
         if isinstance(v, torch.dtype):
@@ -182,7 +191,8 @@ class _Builder:
                 "method": c.method, "args": [self.value(a, g) for a in c.args],
                 "kwargs": {k: self.value(v, g) for k, v in c.kwargs.items()},
                 "grad": list(c.grad), "backward": None if c.backward is None else self.value(c.backward, g),
-                "backward_of": c.backward_of, "raises": c.raises, "shapes": c.shapes})
+                "backward_of": c.backward_of, "raises": c.raises, "shapes": c.shapes,
+                "keep": list(c.keep)})
         return d
 
 
@@ -276,6 +286,8 @@ def label(key: str) -> str:
             return (f"output[{']['.join(rest)}]" if rest else "the output") + f" of call {n}"
         if kind == "grad":
             return f"the gradient of input {rest[0]} in call {n}"
+        if kind == "arg":
+            return f"argument {rest[0]} after call {n} (updated in place)"
         return f"{kind} of call {n}"
     if len(parts) >= 3 and parts[1] == "after":
         return f"`{'.'.join(parts[2:])}` after the calls"
@@ -293,9 +305,11 @@ def _compare_key(key, got, want, p: Probe) -> str | None:
         msg = p.compare(key, got, want)
         if msg != "default":
             return msg
-    if key.endswith(".shapes"):
+    if key.endswith((".shapes", ".reduced")):
         return None
     what = label(key)
+    if want.dtype == np.bool_ and got.dtype != np.bool_:
+        return f"{what} is a {got.dtype} tensor, expected a boolean one (True = may attend)"
     if got.shape != want.shape:
         return f"{what} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
     if want.dtype == np.bool_ or np.issubdtype(want.dtype, np.integer):
@@ -307,6 +321,11 @@ def _compare_key(key, got, want, p: Probe) -> str | None:
                     + (f" at {at}: got {got[at] if at else got}, expected {want[at] if at else want}" if at else
                        f": got {_fmt(got)}, expected {_fmt(want)}"))
         return None
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _compare_float(what, got, want, p)
+
+
+def _compare_float(what, got, want, p: Probe) -> str | None:
     g64, w64 = got.astype(np.float64), want.astype(np.float64)
     nan_g, nan_w = np.isnan(g64), np.isnan(w64)
     if (nan_g & ~nan_w).any():
@@ -338,13 +357,17 @@ def judge_probe(p: Probe, want: dict, got: dict) -> str | None:
             return f"{label(key)} is missing" + (f" (your code gave {kind})" if kind else "")
         if key.endswith(".raised"):
             if bool(gc[key]) != bool(w):
-                return ("the call should raise an error (for example an input longer than "
-                        "max_len) but returned normally" if bool(w) else
+                return ("the call should raise an error but returned normally" if bool(w) else
                         f"the call raised {gm.get(key, 'an error')}")
             continue
         msg = _compare_key(key, np.asarray(gc[key]), np.asarray(w), p)
         if msg:
             return msg
+    for key, w in wm.items():          # outputs on the meta device: dtype and device only
+        if key.startswith(f"{p.name}.") and isinstance(w, str) and w.endswith("@meta") \
+                and gm.get(key) != w:
+            return (f"{label(key)} is {gm.get(key) or 'missing'}, expected {w}: "
+                    "the result must be made on the input's device (and dtype)")
     if p.params:
         wp, gp = wm.get(f"{p.name}.params"), gm.get(f"{p.name}.params")
         if gp is not None and sorted(map(tuple, [(n, tuple(s)) for n, s in gp])) != \
@@ -389,3 +412,4 @@ def judge_assignment(assignment: str, run_seed: int, results: dict) -> dict:
             for p in ex.probes}}
         out.update(judge(ex, run_seed, got))
     return out
+compare_key = _compare_key   # for compare= hooks that fall back to the default on part of a tensor

@@ -113,6 +113,8 @@ class _Ctx:
         if isinstance(v, dict):
             if "$t" in v:
                 t = torch.from_numpy(np.array(self.tensors[v["$t"]]))
+                if v.get("device"):
+                    t = t.to(v["device"])
                 return t.requires_grad_(True) if want_grad else t
             if "$tuple" in v:
                 return tuple(self.value(x) for x in v["$tuple"])
@@ -146,7 +148,7 @@ def _get(out, path):
 
 def _load(module, state: dict, strict: bool = False):
     """Copy named tensors into the module's parameters (and buffers) of the same name."""
-    own = dict(module.named_parameters())
+    own = dict(module.named_parameters(remove_duplicate=False))   # tied weights under both names
     own.update(dict(module.named_buffers()))
     missing = [k for k in state if k not in own]
     if missing:
@@ -162,7 +164,10 @@ def _load(module, state: dict, strict: bool = False):
 
 def _capture(out, prefix, caps, meta):
     """Flatten an output (tensor, number, bool, None, tuple/list/dict of them) into caps."""
-    if isinstance(out, torch.Tensor):
+    if isinstance(out, torch.Tensor) and out.device.type == "meta":   # no values: shape only
+        caps[prefix + ".shape"] = np.asarray(tuple(out.shape), dtype=np.int64)
+        meta[prefix] = str(out.dtype).replace("torch.", "") + "@meta"
+    elif isinstance(out, torch.Tensor):
         caps[prefix] = _np(out)
         meta[prefix] = str(out.dtype).replace("torch.", "")
     elif isinstance(out, (bool, int, float)):
@@ -208,10 +213,17 @@ class _Shapes:
         from torch.utils._python_dispatch import TorchDispatchMode
 
         rows = self.rows = []
+        reduced = self.reduced = []      # reductions over the last axis: how many entries at once
 
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
+                kwargs = kwargs or {}
+                name = getattr(getattr(func, "overloadpacket", None), "__name__", "")
+                if name in REDUCTIONS and args and isinstance(args[0], torch.Tensor) \
+                        and args[0].dim() > 0 and len(reduced) < 20000:
+                        if args[0].dim() - 1 in _reduced_dims(args, kwargs, args[0].dim()):
+                            reduced.append(int(args[0].shape[-1]))
+                out = func(*args, **kwargs)
                 for t in (out if isinstance(out, (tuple, list)) else (out,)):
                     if isinstance(t, torch.Tensor) and len(rows) < 20000:
                         shp = list(t.shape)[-6:]
@@ -221,6 +233,24 @@ class _Shapes:
 
     def array(self):
         return np.asarray(self.rows or np.zeros((0, 6)), dtype=np.int64).reshape(-1, 6)
+
+
+REDUCTIONS = {"amax", "amin", "max", "min", "sum", "mean", "logsumexp", "_softmax",
+              "_log_softmax", "softmax", "log_softmax", "cumsum", "cummax", "prod", "argmax",
+              "sort", "topk", "norm", "linalg_vector_norm", "nansum", "std", "var"}
+
+
+def _reduced_dims(args, kwargs, ndim):
+    dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+    if isinstance(dim, bool) or not isinstance(dim, (int, list, tuple, type(None))):
+        dim = None
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return tuple(range(ndim))
+    dims = [dim] if isinstance(dim, int) else dim
+    try:
+        return tuple(sorted(int(d) % max(ndim, 1) for d in dims))
+    except TypeError:
+        return tuple(range(ndim))
 
 
 def run_probe(probe: dict, target, tensors: dict, namespace: dict) -> tuple[dict, dict]:
@@ -262,10 +292,15 @@ def run_probe(probe: dict, target, tensors: dict, namespace: dict) -> tuple[dict
                     with rec.mode:
                         out = fn(*args, **kwargs)
                     caps[f"{key}.shapes"] = rec.array()
+                    caps[f"{key}.reduced"] = np.asarray(rec.reduced, dtype=np.int64)
                 else:
                     out = fn(*args, **kwargs)
                 ctx.outs[ci] = out
                 _capture(out, f"{key}.out", caps, meta)
+                for i in call.get("keep", []):     # arguments updated in place (running stats)
+                    a = kwargs.get(i) if isinstance(i, str) else args[i]
+                    if isinstance(a, torch.Tensor):
+                        caps[f"{key}.arg.{i}"] = _np(a)
                 if call.get("backward") is not None:
                     y = _get(out, call.get("backward_of", ""))
                     y.backward(ctx.value(call["backward"]))

@@ -1,0 +1,224 @@
+"""10_efficient_attention: what the grader runs on the student's `online_softmax` and
+`flash_attention`, on inputs drawn for each grading run.
+
+Values are compared with the reference; outputs must keep the input's dtype (a float64 probe
+catches a hard-coded float32). The memory cells record the shape of every tensor the student's
+`flash_attention` creates (`call(..., shapes=True)`) and fail when one holds an (Lq, Lk) score or
+mask matrix for one (batch, head) slice, with the rule of `checks.efficient_attention.
+full_matrix_tensors`: the batch axes (as they are, or flattened into one) are left out, and a
+tensor with (Lq, Lk) or (Lk, Lq) as its last two axes, or Lq * Lk elements or more per slice,
+counts. The reference's recorded shapes are ignored. The online softmax's blocks probe also
+judges `.reduced` (the size of every reduction over the last axis, which must not exceed the
+block size) once the probe machine captures it."""
+import math
+
+import numpy as np
+import torch
+
+from .engine import Exercise, Probe, call, given, randn
+
+
+# -- inputs -----------------------------------------------------------------------------------
+
+def _ramp(*shape, scale=4.0):
+    """Random rows rising along the last axis: the max tends to sit in a late block, so the
+    running max grows and a missing (or inverted) rescale shows."""
+    def build(g):
+        x = torch.randn(*shape, generator=g) * scale
+        return x + torch.linspace(0, 2 * scale, shape[-1])
+    return given(build, f"rising rows {tuple(shape)}")
+
+
+def _grow_late(g):
+    """(3, 30): a small first block, then a much larger max in the last (short) block."""
+    x = torch.randn(3, 30, generator=g)
+    x[:, 27:] += 12.0       # the tail (blocks of 8: 24..29) holds the max
+    x[1, 10] += 6.0         # the max grows twice in row 1
+    return x
+
+
+def _masked(g):
+    """(5, 24) with -inf entries, in blocks of 8 (every row keeps a finite value)."""
+    x = torch.randn(5, 24, generator=g) * 5
+    x[0, :8] = float("-inf")        # the whole first block masked
+    x[1, ::3] = float("-inf")
+    x[2, 8:] = float("-inf")        # only the first block finite
+    x[3] = x[3] * 100 + 500         # scores near 1000: exp overflows without the max
+    x[4, :16] = float("-inf")       # two masked blocks, then the finite ones
+    return x
+
+
+def _masked_ragged(g):
+    """(2, 3, 11) with -inf entries, blocks of 4: masked leading blocks, a finite tail only."""
+    x = torch.randn(2, 3, 11, generator=g) * 3
+    x[0, 0, :8] = float("-inf")
+    x[1, 2, :10] = float("-inf")    # one finite value, in the short last block
+    x[0, 1, 4:] = float("-inf")
+    x[1, 0] = x[1, 0] * 50 - 400
+    return x
+
+
+def _qkv(batch, Lq, Lk, d, dv, scale=1.0, dtype="float32"):
+    """q, k, v for flash_attention."""
+    return (randn(*batch, Lq, d, scale=scale, dtype=dtype),
+            randn(*batch, Lk, d, scale=scale, dtype=dtype),
+            randn(*batch, Lk, dv, dtype=dtype))
+
+
+def _flash(batch, Lq, Lk, d, dv, bs, causal, scale=1.5, dtype="float32", **kw):
+    return call(*_qkv(batch, Lq, Lk, d, dv, scale, dtype), block_size=bs, causal=causal, **kw)
+
+
+# -- comparisons ------------------------------------------------------------------------------
+
+def _keep_dtype(key, got, want):
+    """Outputs keep the input's dtype (a float64 input gives a float64 result). Records of how
+    the result was computed (`.shapes`, `.reduced`) are never compared with the reference's."""
+    if key.endswith((".shapes", ".reduced")):
+        return None
+    if ".out" in key and got.dtype != want.dtype and want.dtype.kind == "f":
+        return (f"the result is {got.dtype} for {want.dtype} inputs: keep the input's dtype "
+                "(no .float() or float32 buffers at the end)")
+    return "default"
+
+
+def _full_matrix(shapes, batch, Lq, Lk):
+    """The recorded shapes holding an (Lq, Lk) matrix for one (batch, head) slice, as
+    `checks.efficient_attention.full_matrix_tensors` counts them."""
+    n_batch, bad = math.prod(batch), []
+    for row in np.asarray(shapes).reshape(-1, 6):
+        nz = np.flatnonzero(row)
+        shape = tuple(int(s) for s in row[nz[0]:]) if nz.size else ()
+        rest = shape
+        if len(batch) and len(shape) > len(batch) and shape[:len(batch)] == tuple(batch):
+            rest = shape[len(batch):]
+        elif len(batch) and len(shape) > 1 and shape[0] == n_batch:
+            rest = shape[1:]
+        if shape[-2:] in ((Lq, Lk), (Lk, Lq)) or math.prod(rest) >= Lq * Lk:
+            bad.append(shape)
+    return bad
+
+
+def _no_full_matrix(cases):
+    """A compare hook for probes whose calls record shapes: `cases[i]` is call i's
+    (batch, Lq, Lk, block_size); the rule applies when block_size < Lk."""
+    def compare(key, got, want):
+        if not key.endswith(".shapes"):
+            return _keep_dtype(key, got, want)
+        batch, Lq, Lk, bs = cases[int(key.rsplit(".", 2)[-2])]
+        if bs >= Lk:
+            return None
+        bad = _full_matrix(got, batch, Lq, Lk)
+        if not bad:
+            return None
+        return (f"with Lq={Lq}, Lk={Lk}, batch axes {tuple(batch)} and block_size={bs}, your "
+                f"code created a tensor of shape {bad[0]}: it holds Lq x Lk = {Lq} x {Lk} "
+                "elements for one (batch, head) slice, the full score or mask matrix. Blockwise "
+                "attention keeps one (Lq, block_size) block of scores at a time and builds the "
+                "causal mask for that block only, from the query positions and the block's key "
+                f"positions (a full tril mask counts). ({len(bad)} such tensor(s) in all.)")
+    return compare
+
+
+def _one_block_at_a_time(block_sizes):
+    """A compare hook for the blocks probe: `block_sizes[i]` is call i's block size. For a call
+    that records shapes, the probe machine is asked (not yet done: vm's `_Shapes` records output
+    shapes only) to capture `.reduced`, the input's size along the last axis of every reduction
+    over that axis; none may exceed the block size (a max over the whole row first is the
+    two-pass softmax, not the online one). Without that capture only the values are judged."""
+    def compare(key, got, want):
+        if not key.endswith(".reduced"):
+            return _keep_dtype(key, got, want)
+        bs = block_sizes[int(key.rsplit(".", 2)[-2])]
+        seen = np.asarray(got).reshape(-1)
+        if seen.size and int(seen.max()) > bs:
+            return (f"with block_size={bs}, your code reduced {int(seen.max())} entries of the last "
+                    "axis at once (a max or sum over the whole row): the online softmax visits the "
+                    "row in blocks, folding each block's max and sum into a running max and sum "
+                    "(a max over the whole row first is the two-pass softmax, not the online one)")
+        return None
+    return compare
+
+
+_BLOCKS = [((3, 40), 8), ((2, 23), 5), ((4, 9), 1), ((2, 6), 16), ((2, 3, 31), 4), ((3, 17), 3),
+           ((2, 12), 12)]
+_MEMORY = [((2, 3), 48, 48, 8, 8, 16, False), ((2, 3), 48, 48, 8, 8, 16, True),
+           ((2,), 20, 36, 4, 4, 8, False), ((), 40, 40, 6, 5, 16, True),
+           ((3, 2), 30, 45, 5, 7, 9, False)]
+_RANDOM = [((2, 3), 37, 37, 8, 8, 10, True), ((2,), 21, 50, 6, 10, 12, False),
+           ((1, 1), 24, 24, 16, 16, 24, True), ((3,), 45, 45, 4, 12, 7, True)]
+_RANDOM64 = [((2, 2), 30, 30, 8, 8, 7, True), ((2,), 18, 27, 4, 4, 5, False)]
+
+
+def _cases(table):
+    return [(b, Lq, Lk, bs) for b, Lq, Lk, _, _, bs, _ in table]
+
+
+EXERCISES = [
+    Exercise("online_softmax", ref="efficient_attention.online_softmax", probes=[
+        Probe("values", ("test_online_softmax_values",),
+              [call(_ramp(4, 10), 3), call(_ramp(2, 3, 16), 4), call(_ramp(7, 33, scale=9.0), 6),
+               call(_ramp(2, 2, 5, scale=9.0), 2), call(_ramp(50, scale=9.0), 7)],
+              compare=_keep_dtype,
+              what="rows whose max sits in a late block, several shapes and block sizes"),
+        Probe("max grows late", ("test_online_softmax_values", "test_online_softmax_blocks"),
+              [call(given(_grow_late, "a much larger max in the short last block"), 8)],
+              compare=_keep_dtype,
+              what="the max in the last, shorter block (blocks of 8 over 30 entries)"),
+        Probe("blocks", ("test_online_softmax_blocks",),
+              [call(randn(*shape, scale=3.0), bs, shapes=True) for shape, bs in _BLOCKS],
+              compare=_one_block_at_a_time([bs for _, bs in _BLOCKS]),
+              what="block sizes that divide the length, that do not, 1, and >= the row"),
+        Probe("masked", ("test_online_softmax_masked",),
+              [call(given(_masked, "-inf entries and scores near 1000"), 8),
+               call(given(_masked_ragged, "-inf blocks, a finite value in the short tail"), 4)],
+              compare=_keep_dtype,
+              what="-inf entries (whole masked blocks included) and scores near 1000"),
+        Probe("random", ("test_online_softmax_random",),
+              [call(randn(5, 12, scale=3.0), 5), call(randn(3, 4, 19, scale=12.0), 5),
+               call(randn(1, 100, scale=12.0), 9), call(randn(2, 13, scale=12.0), 20)],
+              compare=_keep_dtype,
+              what="random float32 inputs of several shapes and block sizes"),
+        Probe("float64", ("test_online_softmax_random",),
+              [call(randn(5, 12, scale=3.0, dtype="float64"), 5),
+               call(randn(6, 8, scale=12.0, dtype="float64"), 3)],
+              compare=_keep_dtype, atol=1e-10, rtol=1e-8,
+              what="float64 inputs (the result keeps the dtype)"),
+    ]),
+    Exercise("flash_attention", ref="efficient_attention.flash_attention", probes=[
+        Probe("values", ("test_flash_attention_values",),
+              [_flash((2,), 24, 24, 8, 8, 8, False), _flash((2, 3), 10, 21, 8, 5, 4, False),
+               _flash((), 9, 30, 6, 3, 7, False), _flash((2, 2), 17, 17, 5, 9, 16, False),
+               _flash((3,), 4, 40, 8, 2, 40, False), _flash((1,), 12, 25, 4, 4, 1, False)],
+              compare=_keep_dtype,
+              what="not causal: Lq != Lk, d_v != d_k, block sizes that do and do not divide Lk"),
+        Probe("causal", ("test_flash_attention_causal",),
+              [_flash((2,), 20, 20, 8, 8, 8, True), _flash((1, 2), 13, 13, 4, 6, 5, True),
+               _flash((3,), 7, 7, 4, 4, 1, True), _flash((2, 2), 33, 33, 8, 5, 6, True),
+               _flash((), 19, 19, 4, 4, 19, True)],
+              compare=_keep_dtype,
+              what="causal=True with block sizes 8, 5, 1, 6 and the whole length"),
+        Probe("memory", ("test_flash_attention_memory",),
+              [_flash(b, Lq, Lk, d, dv, bs, c, scale=1.0, shapes=True)
+               for b, Lq, Lk, d, dv, bs, c in _MEMORY],
+              compare=_no_full_matrix(_cases(_MEMORY)),
+              what="every tensor created, causal and not, block_size < Lk"),
+        Probe("gradient", ("test_flash_attention_gradient",),
+              [call(*_qkv((2,), 12, 12, 4, 4), block_size=5, causal=True, grad=(0, 1, 2),
+                    backward=randn(2, 12, 4)),
+               call(*_qkv((2,), 7, 15, 4, 3), block_size=4, causal=False, grad=(0, 1, 2),
+                    backward=randn(2, 7, 3))],
+              compare=_keep_dtype, atol=1e-4, rtol=1e-3,
+              what="the gradients of q, k and v (causal and not)"),
+        Probe("random", ("test_flash_attention_random",),
+              [_flash(b, Lq, Lk, d, dv, bs, c, scale=3.0, shapes=True)
+               for b, Lq, Lk, d, dv, bs, c in _RANDOM],
+              compare=_no_full_matrix(_cases(_RANDOM)),
+              what="random float32 cases with large scores, causal and not"),
+        Probe("float64", ("test_flash_attention_random",),
+              [_flash(b, Lq, Lk, d, dv, bs, c, scale=1.0, dtype="float64", shapes=True)
+               for b, Lq, Lk, d, dv, bs, c in _RANDOM64],
+              compare=_no_full_matrix(_cases(_RANDOM64)), atol=1e-10, rtol=1e-8,
+              what="float64 inputs (the result keeps the dtype)"),
+    ]),
+]
