@@ -83,7 +83,8 @@ def test_tampering_is_flagged_for_review_with_cell_and_line(graded):
 
 def test_the_independent_check_decides_what_a_tampered_kernel_passed(graded):
     """leo patched the stability check of an unstable softmax; ivy silenced every check and
-    torch.allclose around a softmax that is not one. Their kernels pass those cells; the
+    torch.allclose around a softmax that is not one (which her attention uses). Their kernels
+    pass those cells; the
     coordinator's verdict (probes run in the sandbox, judged outside) is what counts, and
     the disagreement is flagged with the cell's name."""
     out, rows = graded
@@ -92,7 +93,8 @@ def test_the_independent_check_decides_what_a_tampered_kernel_passed(graded):
     assert float(rows["leo"][A01]) == full - pts["test_softmax_stable"] - pts["test_softmax_random"], rows["leo"]
     assert "results differ between the notebook and the independent check" in rows["leo"]["flags"]
     assert "test_softmax_stable" in rows["leo"]["flags"]
-    assert float(rows["ivy"][A01]) == full - _part("softmax"), rows["ivy"]
+    # ivy's attention calls her softmax, so it is wrong too: every cell fails the check
+    assert float(rows["ivy"][A01]) == 0, rows["ivy"]
     assert "results differ" in rows["ivy"]["flags"] and "test_softmax_rows" in rows["ivy"]["flags"]
     page = (out / "feedback" / "ivy" / f"{A01}.html").read_text()
     assert "graded by the independent check: failed" in page

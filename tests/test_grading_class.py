@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from catalogue import modules, run_exercise
+from catalogue import run_exercise
 from nbtools import A01, make_fixture_class, manual_points, points, student_notebook
 from tfsgrade.grade import grade
 
@@ -16,17 +16,25 @@ def _rows(out):
         return {r["student_id"]: r for r in csv.DictReader(f)}
 
 
-def _expected_score(fill):
-    """What the in-process runner says these exercise cells earn (cross-checks nbgrader).
-    Exercises missing from `fill` keep the student stub."""
+def _expected_score(fill, out):
+    """What the independent check, run in-process with this run's seed, says these exercise
+    cells earn (cross-checks the sandboxed run and the gradebook). Exercises missing from
+    `fill` keep the student stub."""
+    from catalogue import cells
+    from tfscratch.specs import engine
     pts = points(A01)
     stub_nb = student_notebook(A01)
     stubs = {c.metadata.nbgrader["grade_id"]: c.source for c in stub_nb.cells
              if c.metadata.get("nbgrader", {}).get("solution")}
     fills = {**stubs, **fill}
-    mod = next(m for m in modules() if m.ASSIGNMENT == A01)
-    return sum(pts[r.grade_id] for ex in mod.EXERCISES
-               for r in run_exercise(A01, ex, fills=fills) if r.passed)
+    seed = int((out / "probe_seed.txt").read_text())
+    ns = {"__name__": "__main__"}
+    for kind, gid, src in cells(A01):
+        if kind in ("setup", "solution"):
+            exec(compile(fills.get(gid, src) if kind == "solution" else src, gid, "exec"), ns)
+    return sum(pts[g] for ex in engine.specs_for(A01)
+               for g, v in engine.judge(ex, seed, engine.student_run(ex, seed, ns)).items()
+               if v.passed)
 
 
 @pytest.fixture(scope="session")
@@ -45,9 +53,9 @@ def test_fixture_class_scores(fixture_class):
     assert set(rows) == {"ada", "ben", "cleo", "dan", "eve", "fay", "gus", "hal", "ivy"}
     assert float(rows["ada"][A01]) == total
     assert float(rows["ben"][A01]) == 0
-    assert float(rows["cleo"][A01]) == pytest.approx(_expected_score(fills["partial"]))
+    assert float(rows["cleo"][A01]) == pytest.approx(_expected_score(fills["partial"], out))
     assert 0 < float(rows["cleo"][A01]) < total
-    assert float(rows["dan"][A01]) == pytest.approx(_expected_score(fills["mistake"]))
+    assert float(rows["dan"][A01]) == pytest.approx(_expected_score(fills["mistake"], out))
     assert 0 < float(rows["dan"][A01]) < total
     assert float(rows["ivy"][A01]) == total  # renamed, still graded
     # a deleted test cell is restored from the source by nbgrader and graded

@@ -54,12 +54,17 @@ PROBE_MIME = "application/x-tfs-probe+json"
 def insert_probes(nb, probes):
     """Put each exercise's probe cell (built by the grader) right after the exercise's
     solution cell, so it sees exactly the object the exercise's test cells see; returns
-    {id(cell): exercise}."""
+    {nonce: exercise}. A probe cell is known by a nonce drawn here (nbclient replaces a cell
+    object by its copy when it replays it after a restart, and a submitted cell cannot carry
+    a nonce it never saw)."""
     import nbformat
     made = {}
+    for c in nb.cells:
+        c.get("metadata", {}).pop("tfsgrade_probe", None)
     for p in probes:
         cell = nbformat.v4.new_code_cell(p["source"])
-        cell.metadata["tfsgrade_probe"] = p["exercise"]
+        nonce = os.urandom(12).hex()
+        cell.metadata["tfsgrade_probe"] = nonce
         at = None
         for i, c in enumerate(nb.cells):
             g = c.get("metadata", {}).get("nbgrader", {})
@@ -70,8 +75,12 @@ def insert_probes(nb, probes):
             at = next((i for i, c in enumerate(nb.cells) if str(c.get("metadata", {}).get(
                 "nbgrader", {}).get("grade_id", "")).startswith("test_" + p["exercise"])), len(nb.cells))
         nb.cells.insert(at, cell)
-        made[id(cell)] = p["exercise"]
+        made[nonce] = p["exercise"]
     return made
+
+
+def _probe_of(cell, made):
+    return made.get(cell.get("metadata", {}).get("tfsgrade_probe"))
 
 
 def strip_probes(nb, probe_cells, events, seconds):
@@ -79,7 +88,7 @@ def strip_probes(nb, probe_cells, events, seconds):
     events and timings are renumbered to the student's cells."""
     probes, keep, new_index = {}, [], {}
     for i, c in enumerate(nb.cells):
-        ex = probe_cells.get(id(c))
+        ex = _probe_of(c, probe_cells)
         if ex is None:
             new_index[i] = len(keep)
             keep.append(c)
@@ -103,7 +112,7 @@ def strip_probes(nb, probe_cells, events, seconds):
         elif e.get("cell") in new_index:
             e["cell"] = new_index[e["cell"]]
         elif "cell" in e:
-            e["probe"] = probe_cells.get(id(nb.cells[e.pop("cell")]))
+            e["probe"] = _probe_of(nb.cells[e.pop("cell")], probe_cells)
         out_events.append(e)
     nb.cells = keep
     return probes, out_events, {new_index[k]: v for k, v in seconds.items() if k in new_index}

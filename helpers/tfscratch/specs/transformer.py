@@ -353,8 +353,8 @@ GREEDY = Exercise("greedy_decode", ref="transformer.greedy_decode", probes=[
           what="a stand-in model, 10 source rows that end at different steps (EOS 3, and EOS 0 "
                "with pad_id 3)"),
     Probe("few rows", (G_SCRIPT,),
-          [_greedy(base, eos, pad, B, 16) for base, eos, pad in _MODELS for B in (3, 1)],
-          what="3 rows and 1 row with max_len=16: stop as soon as every row has produced EOS"),
+          [_greedy(base, eos, pad, B, 16) for base, eos, pad in _MODELS for B in (3, 2, 1, 1)],
+          what="3, 2 and 1 rows with max_len=16: stop as soon as every row has produced EOS"),
     Probe("max_len", (G_MAX,),
           [_greedy(base, eos, pad, 4, ml) for base, eos, pad in _MODELS for ml in (1, 2, 4)],
           what="max_len 1, 2 and 4 (the BOS column counts)"),
