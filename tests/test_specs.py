@@ -55,3 +55,11 @@ def test_untouched_exercise_fails_every_cell_without_a_crash():
     verdicts = independent("01_attention", "softmax", "def softmax(x, dim=-1):\n    raise NotImplementedError()\n")
     assert verdicts and not any(v.passed for v in verdicts.values())
     assert all("not implemented yet" in v.message for v in verdicts.values())
+
+
+def test_every_notebook_has_a_spec():
+    """No graded cell is left to the student's kernel: every notebook of the course has its
+    spec module (found by its ASSIGNMENT)."""
+    from tfsgrade import manifest
+    missing = [a for a in manifest.load().names() if not engine.has_spec(a)]
+    assert not missing, f"notebooks without a spec in tfscratch/specs: {missing}"

@@ -1,5 +1,7 @@
 """01_attention: what the grader runs on the student's `softmax` and
 `scaled_dot_product_attention`, on inputs drawn for each grading run."""
+
+ASSIGNMENT = "01_attention"
 import torch
 
 from .engine import Exercise, Probe, call, given, randn

@@ -9,6 +9,8 @@ must be off there) for both norm placements. Train-mode dropout cannot be compar
 reference (the masks differ between implementations): those probes feed two identical batch
 rows and require that their outputs differ (dropout active), see `_dropout_active`.
 """
+
+ASSIGNMENT = "06_blocks"
 import numpy as np
 import torch
 

@@ -17,8 +17,11 @@ when every row has finished, an eos_id inside the prompt does not count)."""
 import numpy as np
 import torch
 
-from .engine import Exercise, Probe, call, ctor, given, prev, randint, randn
+from . import engine, vm
+from .engine import Exercise, Probe, call, ctor, fixture, given, prev, randint, randn
 from .transformer import _Seeded
+
+ASSIGNMENT = "08_decoder_only"
 
 
 # -- inputs -----------------------------------------------------------------------------------
@@ -50,7 +53,7 @@ def _with_ignored(B, T, V, ignore, frac=0.3):
 
 
 def _scalar(value=1.0):
-    return given(lambda g: torch.tensor(value), "upstream gradient")
+    return given(lambda g: torch.tensor(value), f"upstream gradient {value:g}")
 
 
 def _lm(vocab, d, base_seed):
@@ -81,9 +84,10 @@ def _eos_prompts(B, T0, V, eos, n_with_eos):
 
 # -- comparisons ------------------------------------------------------------------------------
 
-def _frequencies(V, tol=0.035):
+def _frequencies(V, top_k=None, tol=0.035):
     """Sampled rows: the frequencies of the last column's tokens, compared between the
-    student's and the reference's samples (same distribution, different draws)."""
+    student's and the reference's samples (same distribution, different draws: with 12000
+    rows a frequency's sampling noise is below 0.007, five times less than `tol`)."""
     def compare(key, got, want):
         if not key.endswith(".out"):
             return "default"
@@ -97,17 +101,18 @@ def _frequencies(V, tol=0.035):
         f_got = np.bincount(last, minlength=V) / len(last)
         f_want = np.bincount(want[:, -1].astype(np.int64), minlength=V) / len(last)
         outside = [int(t) for t in np.nonzero((f_want == 0) & (f_got > 0.002))[0]]
-        if outside:
-            return (f"token(s) {outside} were sampled although they are not among the top_k "
+        if outside and top_k is not None:
+            return (f"token(s) {outside} were sampled although they are not among the top_k={top_k} "
                     "largest logits: keep the k LARGEST logits, set the others to -inf, then "
                     "sample")
         diff = np.abs(f_got - f_want)
         if diff.max() > tol:
+            k = "" if top_k is None else f" over the top_k={top_k} largest logits"
             return (f"the sampled frequencies {np.round(f_got, 3).tolist()} over {len(last)} rows "
-                    f"do not follow softmax(logits / temperature) over the top_k logits "
-                    f"(expected about {np.round(f_want, 3).tolist()}): divide the last "
-                    "position's logits by the temperature, keep the top_k largest, sample "
-                    "with torch.multinomial")
+                    f"do not follow softmax(logits / temperature){k} (expected about "
+                    f"{np.round(f_want, 3).tolist()}): divide the last position's logits by the "
+                    "temperature" + (", keep the top_k largest" if top_k else "")
+                    + " and draw with torch.multinomial")
         return None
     return compare
 
@@ -191,10 +196,9 @@ NEXT_TOKEN_LOSS = Exercise("next_token_loss", ref="decoder_only.next_token_loss"
 A = "test_CausalSelfAttention"
 
 
-def _attn(d, h, calls, cells, what, dropout=None, mode="eval", **kw):
+def _attn(name, d, h, calls, cells, what, dropout=None, **kw):
     make = ctor(d, h) if dropout is None else ctor(d, h, dropout=dropout)
-    return Probe(what.split(":")[0], cells, calls, make=make, load="reference", mode=mode,
-                 what=what, **kw)
+    return Probe(name, cells, calls, make=make, load="reference", mode="eval", what=what, **kw)
 
 
 def _chunks(B, d, sizes):
@@ -206,19 +210,22 @@ def _chunks(B, d, sizes):
 
 
 CAUSAL_SELF_ATTENTION = Exercise("CausalSelfAttention", ref="decoder_only.CausalSelfAttention", probes=[
-    _attn(12, 3, _chunks(2, 12, (5, 2)), (f"{A}_shapes",),
+    _attn("shapes", 12, 3, _chunks(2, 12, (5, 2)), (f"{A}_shapes",),
           "shapes: 5 tokens, then 2 more with the cache (3 heads of size 4)", params=True),
-    _attn(16, 4, [call(randn(2, 6, 16))], (f"{A}_matches_torch",), "no cache: (2, 6, 16), 4 heads"),
-    _attn(24, 3, [call(randn(3, 9, 24)), call(randn(1, 1, 24))], (f"{A}_matches_torch",),
-          "no cache: (3, 9, 24) with 3 heads, and a single token"),
-    _attn(32, 8, [call(randn(2, 13, 32))], (f"{A}_matches_torch",),
+    _attn("torch 1", 16, 4, [call(randn(2, 6, 16))], (f"{A}_matches_torch",),
+          "no cache: (2, 6, 16), 4 heads"),
+    _attn("torch 2", 24, 3, [call(randn(3, 9, 24)), call(randn(1, 1, 24))],
+          (f"{A}_matches_torch",), "no cache: (3, 9, 24) with 3 heads, and a single token"),
+    _attn("torch 3", 32, 8, [call(randn(2, 13, 32))], (f"{A}_matches_torch",),
           "eval mode with dropout=0.3: (2, 13, 32), 8 heads", dropout=0.3),
-    _attn(10, 1, [call(randn(4, 5, 10))], (f"{A}_matches_torch",), "one head: (4, 5, 10)"),
-    _attn(16, 4, _chunks(2, 16, (4, 1, 2, 1)), (f"{A}_cache",),
+    _attn("torch 4", 10, 1, [call(randn(4, 5, 10))], (f"{A}_matches_torch",),
+          "one head: (4, 5, 10)"),
+    _attn("cache 1", 16, 4, _chunks(2, 16, (4, 1, 2, 1)), (f"{A}_cache",),
           "cache: a prefix of 4, then chunks of 1, 2 and 1 tokens"),
-    _attn(24, 6, _chunks(3, 24, (1, 1, 1, 5, 3)), (f"{A}_cache",),
+    _attn("cache 2", 24, 6, _chunks(3, 24, (1, 1, 1, 5, 3)), (f"{A}_cache",),
           "cache: chunks of 1, 1, 1, 5 and 3 tokens, 6 heads"),
-    _attn(12, 3, _chunks(2, 12, (3, 4, 1)), (f"{A}_cache",), "cache: chunks of 3, 4 and 1 tokens"),
+    _attn("cache 3", 12, 3, _chunks(2, 12, (3, 4, 1)), (f"{A}_cache",),
+          "cache: chunks of 3, 4 and 1 tokens"),
 ])
 
 
@@ -305,15 +312,15 @@ GENERATE = Exercise("generate", ref="decoder_only.generate", probes=[
                 use_cache=False)],
           what="greedy decoding three ways: temperature=0, temperature=0 with top_k=5, and "
                "top_k=1 at temperature 1.0 and 1.7"),
-    Probe("sampling T=2", (f"{GEN}_sampling",), [_sample(8, 811, 2.0, None)],
+    Probe("sampling hot", (f"{GEN}_sampling",), [_sample(8, 811, 2.0, None)],
           compare=_frequencies(8), what=f"one token sampled for {_SAMPLES} identical prompts at "
                                        "temperature 2.0"),
-    Probe("sampling T=0.25", (f"{GEN}_sampling",), [_sample(8, 812, 0.25, None)],
+    Probe("sampling cold", (f"{GEN}_sampling",), [_sample(8, 812, 0.25, None)],
           compare=_frequencies(8), what="temperature 0.25"),
     Probe("sampling top-k 3", (f"{GEN}_sampling",), [_sample(8, 813, 0.5, 3)],
-          compare=_frequencies(8), what="top_k=3 at temperature 0.5"),
+          compare=_frequencies(8, 3), what="top_k=3 at temperature 0.5"),
     Probe("sampling top-k 5", (f"{GEN}_sampling",), [_sample(8, 814, 0.3, 5)],
-          compare=_frequencies(8), what="top_k=5 at temperature 0.3"),
+          compare=_frequencies(8, 5), what="top_k=5 at temperature 0.3"),
     Probe("eos", (f"{GEN}_eos",), [_eos_case(3, 821, 48, 3, 12, 2, 16)],
           compare=_eos_rules(3, 12, 2, 16),
           what="48 sampled rows with eos_id=2, 16 of whose prompts already hold it"),
@@ -325,5 +332,68 @@ GENERATE = Exercise("generate", ref="decoder_only.generate", probes=[
            _greedy(5, 825, 3, 3, 6)],
           what="greedy with eos_id 4 and 0, and eos_id=None (exactly max_new_tokens)"),
 ])
+
+
+# -- what a richer probe machine allows -------------------------------------------------------
+# `toy_lm` has no cache, and the plan has no torch.Generator value: the probes below join in
+# when the probe machine offers a cache-capable stand-in (`toy_cache_lm`: a spy whose logits
+# shift when it is called with gradients enabled, or without the cache where the cache was
+# asked for), `{"$generator": seed}` values, and one model for one fixture object used by
+# several calls.
+
+def _generator_values() -> bool:
+    try:
+        return isinstance(vm._Ctx({}, {}).value({"$generator": 1}), torch.Generator)
+    except Exception:  # noqa: BLE001 - not offered
+        return False
+
+
+def _shared_fixtures() -> bool:
+    f = fixture("toy_lm", 3, 2)
+    ex = Exercise("probe", ref="decoder_only.generate", probes=[Probe("p", ("c",), [call(f), call(f)])])
+    plan, tensors = engine.build_plan(ex, 0)
+    a, b = (c["args"][0].get("load", {}) for c in plan["probes"][0]["calls"])
+    return bool(a) and a.keys() == b.keys() and all(
+        np.array_equal(tensors[a[k]["$t"]], tensors[b[k]["$t"]]) for k in a)
+
+
+def _reproducible(key, got, want, _seen={}):
+    """Calls 0 and 1 share a generator seed, call 2 has another (different global seeds)."""
+    if not key.endswith(".out"):
+        return "default"
+    ci = int(key.split(".")[-2])
+    _seen[ci] = np.asarray(got)
+    if ci == 1 and not np.array_equal(_seen.get(0), _seen[1]):
+        return ("two calls with generators seeded alike (under different global seeds) gave "
+                "different tokens: draw every sample from `generator` "
+                "(torch.multinomial(probs, 1, generator=generator)), not the global random state")
+    if ci == 2 and np.array_equal(_seen.get(0), _seen[2]):
+        return ("generators with different seeds gave the same samples: is `generator` "
+                "re-seeded or ignored?")
+    return None
+
+
+if "toy_cache_lm" in vm.FIXTURES:
+    def _cached_greedy(base, B, T0, n, **kw):
+        return call(_Seeded(base, "toy_cache_lm", 17, 8), randint(0, 17, B, T0), n,
+                    temperature=0.0, keep=(1,), **kw)
+
+    GENERATE.probes.append(Probe(
+        "greedy with the cache", (f"{GEN}_greedy_cache",),
+        [_cached_greedy(841, 2, 4, 12), _cached_greedy(842, 3, 5, 17), _cached_greedy(843, 1, 1, 30),
+         _cached_greedy(844, 4, 9, 6), _cached_greedy(845, 2, 4, 12, use_cache=False),
+         _cached_greedy(846, 3, 2, 9, eos_id=3)],
+        what="temperature=0 on a stand-in with a KV cache (use_cache=True: the prompt once, then "
+             "only the newest token with past_kv=cache and use_cache=True; no gradients), and "
+             "use_cache=False"))
+
+if _generator_values() and _shared_fixtures():
+    _M = _lm(8, 8, 851)
+    GENERATE.probes.append(Probe(
+        "generator", (f"{GEN}_sampling",),
+        [call(_M, _fixed([[0]] * 64, "64 prompts [0]"), 3, temperature=1.0, use_cache=False,
+              generator={"$generator": s}) for s in (7, 7, 8)],
+        compare=_reproducible,
+        what="sampling with torch.Generator objects seeded 7, 7 and 8 (reproducible runs)"))
 
 EXERCISES = [NEXT_TOKEN_LOSS, CAUSAL_SELF_ATTENTION, DECODER_ONLY_LM, GENERATE]

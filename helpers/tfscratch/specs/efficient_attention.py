@@ -10,6 +10,8 @@ tensor with (Lq, Lk) or (Lk, Lq) as its last two axes, or Lq * Lk elements or mo
 counts. The reference's recorded shapes are ignored. The online softmax's blocks probe also
 judges `.reduced` (the size of every reduction over the last axis, which must not exceed the
 block size) once the probe machine captures it."""
+
+ASSIGNMENT = "10_efficient_attention"
 import math
 
 import numpy as np

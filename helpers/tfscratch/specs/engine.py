@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable
 
 import numpy as np
@@ -164,11 +165,18 @@ class _Builder:
         if isinstance(v, list):
             return [self.value(x, g) for x in v]
         if isinstance(v, dict) and "$fixture" in v:
-            d = {"$fixture": v["$fixture"], "args": [self.value(a, g) for a in v["args"]]}
-            if v.get("_load") == "random":
-                obj = vm.FIXTURES[v["$fixture"]](*v["args"])
-                d["load"] = {k: self.tensor(_perturbed(t, g)) for k, t in obj.state_dict().items()}
-            return d
+            built = self.__dict__.setdefault("_fixtures", {})   # one fixture object: one model
+            if id(v) not in built:
+                seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g))
+                with torch.random.fork_rng():                   # the same stand-in on both sides
+                    torch.manual_seed(seed)
+                    args = v["args"]    # a spec may fix the stand-in's seed here (transformer._Seeded)
+                    obj = vm.FIXTURES[v["$fixture"]](*args) if v.get("_load") == "random" else None
+                d = {"$fixture": v["$fixture"], "args": [self.value(a, g) for a in args]}
+                if obj is not None:
+                    d["load"] = {k: self.tensor(_perturbed(t, g)) for k, t in obj.state_dict().items()}
+                built[id(v)] = (v, d)                               # keep v alive: ids stay unique
+            return built[id(v)][1]
         if isinstance(v, dict) and not any(k.startswith("$") for k in v):
             return {k: self.value(x, g) for k, x in v.items()}
         return v
@@ -220,18 +228,25 @@ def plan_json(ex: Exercise, run_seed: int) -> dict:
 # -- the spec of a notebook -----------------------------------------------------------------
 
 def specs_for(assignment: str) -> list[Exercise]:
-    """The exercises of a notebook that have a spec (module named by the manifest)."""
-    module = _MODULES.get(assignment)
-    if module is None:
-        return []
-    return list(importlib.import_module(f"tfscratch.specs.{module}").EXERCISES)
+    """The exercises of a notebook that have a spec: the spec module whose ASSIGNMENT names
+    it (a new notebook's spec is found by itself; no list to edit)."""
+    mod = modules().get(assignment)
+    return list(mod.EXERCISES) if mod is not None else []
 
 
-_MODULES = {"01_attention": "attention", "02_masks": "masks", "03_multihead": "multihead",
-            "04_normalization": "norm", "05_positional_encoding": "positional",
-            "06_blocks": "blocks", "07_transformer": "transformer",
-            "08_decoder_only": "decoder_only", "09_modern_decoder": "modern_decoder",
-            "10_efficient_attention": "efficient_attention"}
+@lru_cache(maxsize=None)
+def modules() -> dict:
+    """{assignment: spec module} for every module of this package with an ASSIGNMENT."""
+    import pkgutil
+    from pathlib import Path
+    out = {}
+    for m in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        if m.name in ("engine", "vm"):
+            continue
+        mod = importlib.import_module(f"{__package__}.{m.name}")
+        if getattr(mod, "ASSIGNMENT", None):
+            out[mod.ASSIGNMENT] = mod
+    return out
 
 
 def has_spec(assignment: str) -> bool:

@@ -14,6 +14,8 @@ Attention: a query row whose keys are all masked may give all-zero or uniform we
 the same (zero) output, and their upstream gradient is zero on those rows, so the gradients
 agree too, while a NaN (forward or backward) still shows.
 """
+
+ASSIGNMENT = "02_masks"
 import numpy as np
 import torch
 

@@ -7,6 +7,8 @@ compared with the reference's, which equal one full pass over the same tokens (a
 same probe makes that full pass). Sequences cut into chunks are slices of ONE drawn sequence.
 RoPE stays at positions <= 64 (float32 angles drift past that); `top_p` is kept away from
 ties and from cumulative sums that equal it (the logits are redrawn until they are)."""
+
+ASSIGNMENT = "09_modern_decoder"
 import dataclasses
 
 import torch

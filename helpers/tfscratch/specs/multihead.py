@@ -16,6 +16,8 @@ A query row whose keys are all masked may give uniform (the reference) or all-ze
 (`_dead_rows`); those probes use bias=False and values with zero mean over the keys, so both
 choices give the same (zero) output.
 """
+
+ASSIGNMENT = "03_multihead"
 import numpy as np
 import torch
 

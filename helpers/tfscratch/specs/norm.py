@@ -18,6 +18,8 @@ run.
 - `rms_norm`: the reference is 09's `modern_decoder.rms_norm` (04's cell is not exported);
   both default to eps=1e-6, and most calls pass eps explicitly.
 """
+
+ASSIGNMENT = "04_normalization"
 import torch
 
 from .engine import Exercise, Probe, call, ctor, given, prev, randn

@@ -16,6 +16,8 @@ for each grading run.
 - An input longer than `max_len` must raise (any exception): only the probes of
   `test_PositionalEncoding_max_len` try one.
 """
+
+ASSIGNMENT = "05_positional_encoding"
 import numpy as np
 
 from .engine import ATOL, RTOL, Exercise, Probe, call, ctor, label, randn

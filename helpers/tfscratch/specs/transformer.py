@@ -14,7 +14,10 @@ import math
 import numpy as np
 import torch
 
-from .engine import Exercise, Probe, call, ctor, fixture, given, prev, randn
+from . import vm
+from .engine import Exercise, Probe, call, ctor, fixture, given, randn
+
+ASSIGNMENT = "07_transformer"
 
 
 # -- inputs -----------------------------------------------------------------------------------
@@ -60,7 +63,7 @@ def _causal(L):
 
 
 def _scalar(value=1.0):
-    return given(lambda g: torch.tensor(value), "upstream gradient 1")
+    return given(lambda g: torch.tensor(value), f"upstream gradient {value:g}")
 
 
 # -- comparisons ------------------------------------------------------------------------------
@@ -362,5 +365,16 @@ GREEDY = Exercise("greedy_decode", ref="transformer.greedy_decode", probes=[
           [_greedy(26, 5, 4, 3, 7, bos=0), _greedy(39, 2, 3, 3, 6, bos=5)],
           what="EOS ids the model rarely produces: rows run to max_len"),
 ])
+
+# A stand-in that honours its masks like a two-layer Transformer (`toy_seq2seq_masked`, when
+# the probe machine has it): decoding without the source padding mask, or without the causal
+# mask, then gives other tokens. `toy_seq2seq` ignores masks, so only this one sees them.
+if "toy_seq2seq_masked" in vm.FIXTURES:
+    GREEDY.probes.append(Probe(
+        "masks", (G_REF,),
+        [call(_Seeded(base, "toy_seq2seq_masked", 7, 8, pad), _sources(10, 6, pad, V=7), 8, 1, 2)
+         for base, pad in ((51, 0), (52, 3), (53, 0), (54, 5))],
+        what="a stand-in model that honours src_mask and tgt_mask like a two-layer "
+             "Transformer, padded sources"))
 
 EXERCISES = [TRANSFORMER, TEACHER_FORCING, LABEL_SMOOTHING, GREEDY]

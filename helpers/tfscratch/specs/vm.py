@@ -21,7 +21,8 @@ inputs that ask for them for a given upstream gradient (`backward`), and whether
 Values in args/kwargs: JSON scalars and lists, or {"$t": key} a tensor of the plan,
 {"$tuple": [...]}, {"$dtype": "float64"}, {"$prev": [call, output_path]} an earlier call's
 output (a KV cache), {"$ns": name} another object of the namespace, {"$fixture": name, ...}
-an object built by this machine (`FIXTURES`: stand-in models for decoding functions).
+an object built by this machine (`FIXTURES`: stand-in models for decoding functions),
+{"$generator": seed} a seeded torch.Generator.
 """
 import base64
 import io
@@ -100,7 +101,116 @@ class ToyLM(torch.nn.Module):
         return self.head(torch.tanh(h))
 
 
-FIXTURES = {"toy_seq2seq": ToySeq2Seq, "toy_lm": ToyLM}
+GAIN = 3.0
+
+
+class ToySeq2SeqMasked(torch.nn.Module):
+    """toy_seq2seq that honours its masks like a two-layer Transformer, for greedy_decode:
+    `decode` mixes the target positions twice through the positions `tgt_mask` allows (so the
+    last position's state depends on the causal mask), and reads the memory through `src_mask`
+    (so padded source positions matter); `forward` builds both masks from `pad_id` when none
+    are given. Masks: (Lq, Lk), (B, Lq, Lk), (B, 1, Lk) or 4-D with a head axis (head 0 is
+    read); None = everything allowed. Its generator never proposes `pad_id`."""
+
+    class _NoPad(torch.nn.Linear):
+        def __init__(self, d, vocab, pad_id):
+            super().__init__(d, vocab)
+            self.pad_id = pad_id
+
+        def forward(self, x):
+            y = super().forward(x)
+            if 0 <= self.pad_id < y.size(-1):
+                y = y.index_fill(-1, torch.tensor([self.pad_id]), -1e4)
+            return y
+
+    def __init__(self, vocab: int, d: int, pad_id: int = 0):
+        super().__init__()
+        self.pad_id = pad_id
+        self.src_embed = torch.nn.Embedding(vocab, d)
+        self.tgt_embed = torch.nn.Embedding(vocab, d)
+        self.mid = torch.nn.Linear(d, d)
+        self.mix = torch.nn.Linear(2 * d, d)
+        self.generator = self._NoPad(d, vocab, pad_id)
+        for lin in (self.mid, self.mix, self.generator):     # sharp: small changes move the argmax
+            torch.nn.init.normal_(lin.weight, std=GAIN / lin.in_features ** 0.5)
+            torch.nn.init.zeros_(lin.bias)
+
+    K = 4
+
+    @staticmethod
+    def _allowed(mask, B, Lq, Lk):
+        if mask is None:
+            return torch.ones(B, Lq, Lk)
+        m = mask.to(torch.float32)
+        if m.dim() == 4:
+            m = m[:, 0]
+        return m.expand(B, Lq, Lk)
+
+    @staticmethod
+    def _mean(a, x):
+        return (a @ x) / a.sum(-1, keepdim=True).clamp_min(1.0)
+
+    def encode(self, src, src_mask=None):
+        return self.src_embed(src)                                   # (B, Ls, d)
+
+    def decode(self, tgt, memory, src_mask=None, tgt_mask=None):
+        B, T = tgt.shape
+        a = self._allowed(tgt_mask, B, T, T)
+        h1 = torch.tanh(self.mid(self._mean(a, self.tgt_embed(tgt))))  # layer 1
+        h2 = self._mean(a, h1)                                          # layer 2
+        ctx = self._mean(self._allowed(src_mask, B, T, memory.size(1)), memory)
+        # what layer 2 adds is amplified: without a causal mask h2 == h1 at the last position
+        return torch.tanh(self.mix(torch.cat([h1 + self.K * (h2 - h1), ctx], -1)))  # (B, T, d)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        if src_mask is None:
+            src_mask = (src != self.pad_id).unsqueeze(1)
+        if tgt_mask is None:
+            T = tgt.size(1)
+            tgt_mask = torch.ones(T, T, dtype=torch.bool).tril() & (tgt != self.pad_id).unsqueeze(1)
+        return self.generator(self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
+
+
+class ToyCacheLM(torch.nn.Module):
+    """A tiny causal language model with DecoderOnlyLM's interface, for `generate`:
+    forward(tokens, past_kv=None, use_cache=False) returns the logits (B, T, V), or
+    (logits, cache) with use_cache=True, where cache = [(k, v)] holds the ids of every token so
+    far as (B, 1, P + T, 1) floats (one layer, one head, shaped like real keys; P =
+    past_kv[0][0].size(2)). Position t's logits depend on every token up to t and on t itself,
+    so a cached call that repeats cached tokens, or a stale cache, gives other tokens.
+    It is also a spy, through two fixed biases: a call that does not ask for the cache gets
+    `plain_bias` added (generate(use_cache=True) that never uses the cache picks other
+    tokens than one that does; with use_cache=False both sides call it that way), and a call
+    made with gradients enabled gets `grad_bias` added (generate without torch.no_grad())."""
+
+    def __init__(self, vocab: int, d: int, max_len: int = 64):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, d)
+        self.pos = torch.nn.Embedding(max_len, d)
+        self.head = torch.nn.Linear(d, vocab)
+        self.plain_bias = torch.nn.Parameter(3.0 * torch.randn(vocab))
+        self.grad_bias = torch.nn.Parameter(3.0 * torch.randn(vocab))
+
+    def forward(self, tokens, past_kv=None, use_cache=False):
+        B, T = tokens.shape
+        past = (tokens.new_zeros(B, 0) if past_kv is None
+                else past_kv[0][0][:, 0, :, 0].round().long())
+        full = torch.cat([past, tokens], 1)                          # (B, P + T)
+        L = full.size(1)
+        h = self.embed(full).cumsum(1) / torch.arange(1, L + 1).view(1, L, 1) + self.pos(torch.arange(L))
+        logits = self.head(torch.tanh(h))[:, past.size(1):]           # (B, T, V)
+        if not use_cache:
+            logits = logits + self.plain_bias
+        if torch.is_grad_enabled():
+            logits = logits + self.grad_bias
+        if use_cache:
+            kv = full.to(torch.float32)[:, None, :, None]
+            return logits, [(kv, kv.clone())]
+        return logits
+
+
+FIXTURES = {"toy_seq2seq": ToySeq2Seq, "toy_lm": ToyLM, "toy_seq2seq_masked": ToySeq2SeqMasked,
+            "toy_cache_lm": ToyCacheLM}
 
 
 # -- the machine --------------------------------------------------------------------------
@@ -120,6 +230,8 @@ class _Ctx:
                 return tuple(self.value(x) for x in v["$tuple"])
             if "$dtype" in v:
                 return getattr(torch, v["$dtype"])
+            if "$generator" in v:                    # a seeded generator for sampling functions
+                return torch.Generator().manual_seed(int(v["$generator"]))
             if "$prev" in v:
                 ci, path = v["$prev"]
                 return _get(self.outs[ci], path)
