@@ -42,7 +42,7 @@ def fixture_class(tmp_path_factory):
     base = tmp_path_factory.mktemp("class")
     zpath, fills = make_fixture_class(base)
     out = base / "out"
-    items = grade(zpath, out, names=[A01], timeout=20, log=lambda *a: None)
+    items = grade(zpath, out, names=[A01], timeout=10, log=lambda *a: None)  # gus loops: 10 s a cell
     return out, items, fills
 
 
