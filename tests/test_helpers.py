@@ -88,12 +88,13 @@ def test_seeded_restores_the_global_rng():
 
 
 def test_checks_write_nothing_to_stderr():
-    from tfscratch.checks import attention as chk
+    from tfscratch import checks
     from tfscratch.reference import scaled_dot_product_attention, softmax
+    chk = checks.notebook("01_attention")
     err, out = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        chk.check_softmax_rows(softmax)
-        chk.check_attention_weights(scaled_dot_product_attention)
+        chk.test_softmax_rows(softmax)
+        chk.test_scaled_dot_product_attention_weights(scaled_dot_product_attention)
     assert err.getvalue() == ""
     assert out.getvalue().count("\u2714") == 2
 
@@ -160,13 +161,14 @@ def test_explorer_builds_widgets_when_interactive(monkeypatch):
 def test_not_done_and_the_compact_box():
     """A stub becomes NotDone (one grey line naming it); a crash in the student's code becomes a
     box that names the check, the message and the student's own line, and no course frame."""
-    from tfscratch.checks import attention as chk
+    from tfscratch import checks
     from tfscratch.checks.display import render_failure
+    chk = checks.notebook("01_attention")
 
     def softmax(x, dim=-1):
         raise NotImplementedError()
     with pytest.raises(core.NotDone) as info:
-        chk.check_softmax_rows(softmax)
+        chk.test_softmax_rows(softmax)
     assert str(info.value) == "softmax: not implemented yet"
     assert info.value._render_traceback_() == ["\x1b[90m\u25cb softmax: not implemented yet\x1b[0m"]
 
@@ -174,25 +176,25 @@ def test_not_done_and_the_compact_box():
         e = x.exp()
         return e @ torch.ones(5, 2)  # the student's failing line
     with pytest.raises(core.CheckFailed) as info:
-        chk.check_softmax_rows(softmax)
+        chk.test_softmax_rows(softmax)
     box = "\n".join(info.value._render_traceback_())
-    assert box.count("check_softmax_rows") == 1 and "shapes cannot be multiplied" in box
+    assert box.count("test_softmax_rows") == 1 and "shapes cannot be multiplied" in box
     assert "return e @ torch.ones(5, 2)" in box and "in test_not_done_and_the_compact_box" in box
     assert "tfscratch" not in box and "core.py" not in box and "Traceback" not in box
     assert render_failure(core.CheckFailed("plain")) == ["\x1b[31m\x1b[1m\u2718 check failed\x1b[0m\n  plain"]
 
 
 def test_progress_runs_the_checks_again():
-    from tfscratch import progress
-    from tfscratch.checks import attention as chk
+    from tfscratch import checks, progress
+    chk = checks.notebook("01_attention")
 
     def stub(x, dim=-1):
         raise NotImplementedError()
 
     def wrong(x, dim=-1):
         return x.exp()
-    tests = [("test_a", 1, "chk.check_softmax_rows(softmax)"),
-             ("test_b", 2, "chk.check_softmax_rows(wrong)"), ("test_c", 1, "chk.check_softmax_rows(gone)")]
+    tests = [("test_a", 1, "chk.test_softmax_rows(softmax)"),
+             ("test_b", 2, "chk.test_softmax_rows(wrong)"), ("test_c", 1, "chk.test_softmax_rows(gone)")]
     ns = {"chk": chk, "softmax": stub, "wrong": wrong}
     rows = progress.run_checks(tests, ns)
     assert [r["status"] for r in rows] == ["not done", "failed", "not done"]
@@ -214,8 +216,8 @@ def test_checks_catch_the_warnings_of_student_code():
     import warnings
 
     import tfscratch.checks as checks
-    from tfscratch.checks import attention as chk
     from tfscratch.reference import softmax
+    chk = checks.notebook("01_attention")
 
     def noisy_softmax(x, dim=-1):
         warnings.warn("nn.Softmax() without dim is deprecated", UserWarning)  # what students hit
@@ -225,7 +227,7 @@ def test_checks_catch_the_warnings_of_student_code():
     with warnings.catch_warnings():
         warnings.simplefilter("always")  # as a fresh kernel without PYTHONWARNINGS would show it
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-            chk.check_softmax_rows(noisy_softmax)
+            chk.test_softmax_rows(noisy_softmax)
     assert err.getvalue() == "" and "\u2714" in out.getvalue()
     loud = [f"{m.name}.{n}" for m in pkgutil.iter_modules(checks.__path__) if m.name != "core"
             for n, f in vars(importlib.import_module(f"tfscratch.checks.{m.name}")).items()

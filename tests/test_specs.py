@@ -3,6 +3,8 @@ grader runs them (the probe plan on the student's object, the judgement against 
 but in-process. Every graded cell of a notebook with a spec is backed by a probe; the solution
 passes every cell; every catalogued mistake fails at least one cell of its exercise (or is a
 certain shortcut the scan scores 0); every valid variant passes every cell."""
+import re
+
 import pytest
 
 import catalogue
@@ -38,10 +40,17 @@ def test_solution_passes_the_independent_check(assignment, exercise):
 
 @pytest.mark.parametrize("assignment,m", lanes(MISTAKES))
 def test_mistake_fails_the_independent_check(assignment, m):
+    """Through the coordinator, on the grading run's inputs: the mistake fails a cell of its
+    exercise, and the first failing cell (notebook order) names it, as in the kernel."""
     verdicts = independent(assignment, m.exercise, m.code)
-    if all(v.passed for v in verdicts.values()):
-        assert shortcut_certain(assignment, m.exercise, m.code), \
-            f"no cell of {m.exercise} fails the independent check for: {m.description}"
+    order = [gid for kind, gid, _ in catalogue.cells(assignment) if kind == "test"]
+    failed = [(g, verdicts[g]) for g in order if g in verdicts and not verdicts[g].passed]
+    if shortcut_certain(assignment, m.exercise, m.code):
+        return   # the scan scores it 0 whatever the probes say
+    assert failed, f"no cell of {m.exercise} fails the independent check for: {m.description}"
+    gid, v = failed[0]
+    assert re.search(m.hint, v.message, re.I | re.S), \
+        f"{gid} fails but does not name /{m.hint}/ for: {m.description}\n{v.message}"
 
 
 @pytest.mark.parametrize("assignment,v", lanes(VARIANTS))

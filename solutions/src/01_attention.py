@@ -28,12 +28,13 @@ import math
 import matplotlib.pyplot as plt
 import torch
 
-from tfscratch import plots
-from tfscratch.checks import attention as chk
+from tfscratch import checks, plots
 from tfscratch.widgets import explore
 
 torch.manual_seed(0)
 %matplotlib inline
+
+chk = checks.notebook("01_attention")  # the graded checks of this notebook
 
 # %% [markdown]
 # ## 1. The dot product measures similarity
@@ -109,22 +110,21 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 # Run the checks. Each prints a ✔ line when it passes, or tells you what is wrong.
 
 # %% [test] test_softmax_rows 1
-chk.check_softmax_rows(softmax)
+chk.test_softmax_rows(softmax)
 
 # %% [test] test_softmax_dim 1
-chk.check_softmax_dim(softmax)
+chk.test_softmax_dim(softmax)
 
 # %% [test] test_softmax_stable 2
-chk.check_softmax_stable(softmax)
+chk.test_softmax_stable(softmax)
 
 # %% [test] test_softmax_gradient 1
-chk.check_softmax_gradient(softmax)
+chk.test_softmax_gradient(softmax)
 
 # %% [test] test_softmax_random 2
-chk.check_softmax_against_torch(softmax, seed=0, shapes=[(4, 6)], dims=[-1])
+chk.test_softmax_random(softmax)
 ### BEGIN HIDDEN TESTS
-chk.check_softmax_against_torch(softmax, seed=9173, shapes=[(7, 13), (3, 5, 11), (2, 2, 3, 9), (17,)],
-                                dims=[-1, 0, 1, -2], scale=30.0)
+chk.test_softmax_random(softmax, seed=9173)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -166,24 +166,21 @@ def scaled_dot_product_attention(q, k, v):
     ### END SOLUTION
 
 # %% [test] test_scaled_dot_product_attention_shapes 1
-chk.check_attention_shapes(scaled_dot_product_attention)
+chk.test_scaled_dot_product_attention_shapes(scaled_dot_product_attention)
 
 # %% [test] test_scaled_dot_product_attention_weights 2
-chk.check_attention_weights(scaled_dot_product_attention)
+chk.test_scaled_dot_product_attention_weights(scaled_dot_product_attention)
 
 # %% [test] test_scaled_dot_product_attention_output 2
-chk.check_attention_output(scaled_dot_product_attention)
+chk.test_scaled_dot_product_attention_output(scaled_dot_product_attention)
 
 # %% [test] test_scaled_dot_product_attention_batch_axes 1
-chk.check_attention_batch_axes(scaled_dot_product_attention)
+chk.test_scaled_dot_product_attention_batch_axes(scaled_dot_product_attention)
 
 # %% [test] test_scaled_dot_product_attention_random 2
-chk.check_attention_against_torch(scaled_dot_product_attention, seed=0, cases=[((2,), 5, 7, 8, 3)])
+chk.test_scaled_dot_product_attention_random(scaled_dot_product_attention)
 ### BEGIN HIDDEN TESTS
-chk.check_attention_against_torch(
-    scaled_dot_product_attention, seed=4242,
-    cases=[((), 9, 4, 16, 5), ((3,), 1, 11, 32, 7), ((2, 4), 6, 6, 12, 12), ((1,), 13, 2, 64, 3)],
-    scale=2.0)
+chk.test_scaled_dot_product_attention_random(scaled_dot_product_attention, seed=4242)
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -12,6 +12,7 @@ import warnings
 
 from .core import CheckFailed, NotDone, ShortcutUsed, no_shortcuts  # noqa: F401
 from .display import details, install_ipython_hook
+from .runner import check, notebook  # noqa: F401
 
 def _quiet(fn):
     if getattr(fn, "_tfs_quiet", False):
@@ -33,7 +34,7 @@ def _silence(module):
 
 
 for _m in pkgutil.iter_modules(__path__):  # every check module, those added later included
-    if _m.name != "core" and not _m.name.startswith("_"):
+    if _m.name not in ("core", "runner", "display") and not _m.name.startswith("_"):
         _silence(importlib.import_module(f"{__name__}.{_m.name}"))
 
 install_ipython_hook()  # in a notebook: a stub's NotImplementedError is one grey line

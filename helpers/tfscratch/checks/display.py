@@ -130,6 +130,8 @@ def _check_frame(exc):
 
 
 def _what_was_checked(exc) -> str:
+    if getattr(exc, "title", None):
+        return exc.title
     f = _check_frame(exc)
     if f is None:
         return "check failed"

@@ -120,11 +120,37 @@ class Probe:
 
 
 @dataclass
+class Diagnosis:
+    """A named mistake: `test(evidence)` is True when a failing probe's captures look like it.
+    Built with `like(...)` (the student's output equals what a wrong formula gives on the same
+    inputs) or `when(...)` (any property of the evidence: NaN, row sums, an error's text)."""
+    message: str
+    test: Callable
+    probes: tuple = ()           # probe names it applies to; () = every probe of the exercise
+
+
+def like(message: str, fn: Callable, out: str = "", probes: tuple = (), atol: float = 1e-4,
+         rtol: float = 1e-3) -> Diagnosis:
+    """The mistake whose output is `fn(*args, **kwargs)` (`fn(ref, *args, **kwargs)` for a
+    probe that constructs a module: `ref` is the reference module with the probe's parameters),
+    compared with the student's output at `out` ("1": the second element) on every call
+    where fn returns a tensor."""
+    return Diagnosis(message, lambda e: e.matches(fn, out, atol, rtol), tuple(probes))
+
+
+def when(message: str, pred: Callable, probes: tuple = ()) -> Diagnosis:
+    """The mistake for which `pred(evidence)` is True (see `Evidence`)."""
+    return Diagnosis(message, pred, tuple(probes))
+
+
+@dataclass
 class Exercise:
     name: str
     ref: str                     # "module.Name" under tfscratch.reference
     probes: list
     needs: tuple = ()            # other names of the namespace the calls use ({"$ns": name})
+    diagnose: list = field(default_factory=list)   # Diagnosis entries, most specific first
+    shortcuts: tuple = ()        # tfscratch.checks.core.SHORTCUTS groups guarded in the kernel
 
     def reference(self):
         mod, _, obj = self.ref.rpartition(".")
@@ -266,10 +292,7 @@ class Verdict:
 
 def reference_run(ex: Exercise, run_seed: int) -> dict:
     plan, tensors = build_plan(ex, run_seed)
-    ns = {ex.name: ex.reference()}
-    for n in ex.needs:
-        ns[n] = _needed(n)
-    res = vm.run_plan(plan, ns, tensors=tensors)
+    res = vm.run_plan(plan, _namespace(ex), tensors=tensors)
     errors = {k: v for k, v in res["meta"].items() if k.endswith(".error")}
     if errors:
         raise RuntimeError(f"the spec of {ex.name} fails on the reference: {errors}")
@@ -404,17 +427,147 @@ def judge_probe(p: Probe, want: dict, got: dict) -> str | None:
     return None
 
 
+class Evidence:
+    """What a diagnosis sees of one failing probe: the student's and the reference's captures,
+    the inputs of each call (materialised as tensors), the error the student's code raised.
+    Keys are relative to the probe: "0.out" (call 1's output), "1.out.1", "0.grad.0"."""
+
+    def __init__(self, ex: Exercise, p: Probe, pd: dict, tensors: dict, got: dict, want: dict,
+                 problem: str):
+        self.ex, self.p, self.pd, self.tensors = ex, p, pd, tensors
+        self._got, self._want, self.problem = got, want, problem
+        self.error = got["meta"].get(f"{p.name}.error", "") or ""
+
+    def got(self, key: str):
+        return self._got["caps"].get(f"{self.p.name}.{key}")
+
+    def want(self, key: str):
+        return self._want["caps"].get(f"{self.p.name}.{key}")
+
+    def meta(self, key: str):
+        return self._got["meta"].get(f"{self.p.name}.{key}")
+
+    def out(self, ci: int = 0, path: str = ""):
+        """The student's output of call `ci` (at `path`), a numpy array or None."""
+        return self.got(f"{ci}.out" + (f".{path}" if path != "" else ""))
+
+    def want_out(self, ci: int = 0, path: str = ""):
+        return self.want(f"{ci}.out" + (f".{path}" if path != "" else ""))
+
+    def outs(self, path: str = ""):
+        """[(student, reference)] for every call with both outputs captured."""
+        res = []
+        for ci in range(len(self.pd["calls"])):
+            g, w = self.out(ci, path), self.want_out(ci, path)
+            if g is not None and w is not None:
+                res.append((np.asarray(g), np.asarray(w)))
+        return res
+
+    def args(self, ci: int = 0):
+        """(args, kwargs) of call `ci` as tensors (no gradients); fixtures built."""
+        c = self.pd["calls"][ci]
+        ctx = vm._Ctx(self.tensors, _namespace(self.ex))
+        return ctx.value(c["args"]), ctx.value(c["kwargs"])
+
+    def ref(self):
+        """The reference object of this probe: the module it constructs, with the parameters
+        the probe loads, in the probe's mode; or the reference function."""
+        obj = self.ex.reference()
+        mk = self.pd.get("make")
+        if mk is not None:
+            ctx = vm._Ctx(self.tensors, _namespace(self.ex))
+            torch.manual_seed(self.pd.get("seed", 0))
+            obj = obj(*ctx.value(mk.get("args", [])), **ctx.value(mk.get("kwargs", {})))
+            if self.pd.get("load"):
+                vm._load(obj, {k: ctx.value(v) for k, v in self.pd["load"].items()})
+            if self.pd.get("mode") in ("train", "eval"):
+                obj.train(self.pd["mode"] == "train")
+        return obj
+
+    def matches(self, fn, out="", atol=1e-4, rtol=1e-3) -> bool:
+        """True when, on every call where `fn` gives a tensor, the student's output equals it."""
+        n = 0
+        ref = self.ref() if self.pd.get("make") is not None else None
+        for ci, c in enumerate(self.pd["calls"]):
+            g = self.out(ci, out)
+            if g is None or c.get("raises"):
+                continue
+            try:
+                args, kwargs = self.args(ci)
+                with torch.no_grad(), np.errstate(all="ignore"):
+                    r = fn(ref, *args, **kwargs) if ref is not None else fn(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - the wrong formula does not apply to this call
+                continue
+            if r is None:
+                continue
+            r = np.asarray(vm._np(r) if isinstance(r, torch.Tensor) else r, dtype=np.float64)
+            g = np.asarray(g, dtype=np.float64)
+            if r.shape != g.shape:
+                return False
+            with np.errstate(all="ignore"):
+                if not np.allclose(g, r, atol=atol, rtol=rtol, equal_nan=True):
+                    return False
+            n += 1
+        return n > 0
+
+
+def _namespace(ex: Exercise) -> dict:
+    ns = {ex.name: ex.reference()}
+    for n in ex.needs:
+        ns[n] = _needed(n)
+    return ns
+
+
+GENERIC = [   # tried after an exercise's own diagnoses
+    when("the result is cut off from autograd, so no gradient reaches the input: no .detach(), "
+         ".item(), numpy or torch.tensor(...) on intermediate results.",
+         lambda e: "is missing" in e.problem and "the gradient" in e.problem),
+]
+
+
+def diagnose(ex: Exercise, p: Probe, pd: dict, tensors: dict, got: dict, want: dict,
+             problem: str) -> str | None:
+    """The message of the first diagnosis (the exercise's own, then the generic ones) that
+    recognises this failing probe, or None."""
+    e = Evidence(ex, p, pd, tensors, got, want, problem)
+    for d in list(ex.diagnose) + GENERIC:
+        if d.probes and p.name not in d.probes:
+            continue
+        try:
+            with np.errstate(all="ignore"), torch.random.fork_rng():
+                hit = d.test(e)
+        except Exception:  # noqa: BLE001 - a diagnosis that does not apply
+            hit = False
+        if hit:
+            return d.message
+    return None
+
+
 def judge(ex: Exercise, run_seed: int, got: dict, want: dict | None = None) -> dict:
-    """{grade_id: Verdict} for every cell the exercise's probes back."""
+    """{grade_id: Verdict} for every cell the exercise's probes back. A failing probe's
+    message names the mistake when a diagnosis recognises it, then says what differs."""
     want = reference_run(ex, run_seed) if want is None else want
     fails: dict[str, list[str]] = {}
-    for p in ex.probes:
+    plan = None
+    for i, p in enumerate(ex.probes):
         msg = judge_probe(p, want, got)
         if msg:
+            if plan is None:
+                plan = build_plan(ex, run_seed)
+            why = diagnose(ex, p, plan[0]["probes"][i], plan[1], got, want, msg)
+            text = f"{p.what or p.name}: {msg}"
             for c in p.cells:
-                fails.setdefault(c, []).append(f"{p.what or p.name}: {msg}")
-    return {c: Verdict(c not in fails, "; ".join(fails.get(c, [])) or "passed")
-            for c in ex.cells()}
+                fails.setdefault(c, []).append((why, text))
+    return {c: Verdict(c not in fails, _message(fails.get(c, []))) for c in ex.cells()}
+
+
+def _message(found: list) -> str:
+    """The named mistakes first (once each), then what differs on each failing probe."""
+    if not found:
+        return "passed"
+    whys = list(dict.fromkeys(w for w, _ in found if w))
+    diffs = "\n".join(f"  - {t}" for _, t in found)
+    return ("\n".join(whys) + "\n" if whys else "") + "What differs:\n" + diffs
 
 
 def judge_assignment(assignment: str, run_seed: int, results: dict) -> dict:
