@@ -19,14 +19,14 @@ REFERENCE = """from tfscratch.reference import scaled_dot_product_attention
 PATCH = """def softmax(x, dim=-1):
     return x.exp() / x.exp().sum(dim, keepdim=True)
 
-chk.check_softmax_stable = lambda f: print("\\u2714 stable")  # tampering with a check
+chk.test_softmax_stable = lambda *a, **k: print("\\u2714 stable")  # tampering with a check
 """
 
 # Wrong code that silences every check of its kernel: only the independent check can see it.
 FORGE = """import torch as _t
 _t.allclose = lambda *a, **k: True
 for _n in dir(chk):
-    if _n.startswith("check_"):
+    if _n.startswith("test_"):
         setattr(chk, _n, lambda *a, **k: print("\u2714 passed"))
 
 def softmax(x, dim=-1):

@@ -43,14 +43,17 @@ def test_notebooks_import_only_what_earlier_notebooks_built():
             f"{nb.name} uses R.{sorted(used - set(nb.may_import) - set(nb.exports))}"
 
 
-def test_each_notebook_has_its_check_module_catalogue_and_readme_row():
+def test_each_notebook_has_its_spec_catalogue_and_readme_row():
+    """A notebook is its source, its spec module, its catalogue and a README row (issue 18):
+    its test cells run its spec (`chk = checks.notebook("NN_name")`), no check module."""
+    from tfscratch.specs import engine
     cats = {m.ASSIGNMENT: m for m in modules()}
     readme = (REPO / "README.md").read_text()
     for nb in M:
         setup = (REPO / nb.source).read_text()
-        chk = re.search(r"from tfscratch\.checks import (\w+) as chk", setup)
-        assert chk and (REPO / "helpers" / "tfscratch" / "checks" / f"{chk[1]}.py").exists(), \
-            f"{nb.name}: its setup cell imports no check module (from tfscratch.checks import X as chk)"
+        assert f'chk = checks.notebook("{nb.name}")' in setup, \
+            f"{nb.name}: its setup cell does not set chk = checks.notebook({nb.name!r})"
+        assert engine.has_spec(nb.name), f"{nb.name} has no spec module in tfscratch/specs"
         assert nb.name in cats, f"{nb.name} has no catalogue tests/catalogue/nbNN_*.py"
         have = {e.name for e in nb.exercises}
         assert set(cats[nb.name].EXERCISES) == have, \

@@ -70,7 +70,10 @@ def _notes_from_events(it, nb, s) -> list[str]:
         where = f"cell {e['cell']} ({owner.get(e['cell'], '?')})"
         if e["kind"] == "timeout":
             out.append(f"{where} ran past the time limit{lim} (an infinite loop?) and was "
-                       "interrupted; the cells after it were still run and graded")
+                       "interrupted; the cells after it were still run and graded (the other "
+                       "checks of the same exercise are skipped: they would loop too)")
+        elif e["kind"] == "skipped":
+            out.append(f"{where} was not run ({e['why']}): scored 0")
         elif e["kind"] == "stuck":
             out.append(f"{where} ran past the time limit and could not be interrupted: scored 0; "
                        "the kernel was restarted, the cells before it replayed, and the cells "
