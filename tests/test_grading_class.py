@@ -65,6 +65,8 @@ def test_fixture_class_scores(fixture_class):
     gus = float(rows["gus"][A01])
     assert 0 < gus < total, gus
     assert "limit" in rows["gus"]["notes"]
+    # once the loop has run past the limit, the exercise's other checks are not run again
+    assert "ran past the time limit in an earlier cell" in rows["gus"]["notes"], rows["gus"]["notes"]
 
 
 def test_fixture_class_flags_broken_submissions(fixture_class):
