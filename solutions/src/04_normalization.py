@@ -40,12 +40,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfscratch import plots
-from tfscratch.checks import norm as chk
+from tfscratch import checks, plots
 from tfscratch.widgets import explore
 
 torch.manual_seed(0)
 %matplotlib inline
+
+chk = checks.notebook("04_normalization")  # the graded checks of this notebook
 
 # %% [markdown]
 # ## 1. Why normalise?
@@ -257,29 +258,24 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5):
     ### END SOLUTION
 
 # %% [test] test_layer_norm_basic 1
-chk.check_layer_norm_basic(layer_norm)
+chk.test_layer_norm_basic(layer_norm)
 
 # %% [test] test_layer_norm_affine 1
-chk.check_layer_norm_affine(layer_norm)
+chk.test_layer_norm_affine(layer_norm)
 
 # %% [test] test_layer_norm_eps 2
-chk.check_layer_norm_eps(layer_norm)
+chk.test_layer_norm_eps(layer_norm)
 
 # %% [test] test_layer_norm_batch_axes 1
-chk.check_layer_norm_batch_axes(layer_norm)
+chk.test_layer_norm_batch_axes(layer_norm)
 
 # %% [test] test_layer_norm_gradient 1
-chk.check_layer_norm_gradient(layer_norm)
+chk.test_layer_norm_gradient(layer_norm)
 
 # %% [test] test_layer_norm_random 2
-chk.check_layer_norm_against_torch(layer_norm, seed=0, shapes=[(4, 10), (2, 3, 16)])
+chk.test_layer_norm_random(layer_norm)
 ### BEGIN HIDDEN TESTS
-chk.check_layer_norm_against_torch(layer_norm, seed=5171, shapes=[(7, 13), (3, 9, 32), (2, 2, 5, 3), (11,)],
-                                   eps_values=[1e-5, 1e-3, 0.1], scale=4.0)
-chk.check_layer_norm_against_torch(layer_norm, seed=6302, shapes=[(5, 24), (2, 4, 7)],
-                                   eps_values=[1e-5], scale=1.0, offset=100.0)
-chk.check_layer_norm_against_torch(layer_norm, seed=7413, shapes=[(6, 12)],
-                                   eps_values=[1e-5, 1e-6], scale=3e-3)
+chk.test_layer_norm_random(layer_norm, seed=5171)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -352,13 +348,12 @@ class LayerNorm(nn.Module):
         ### END SOLUTION
 
 # %% [test] test_LayerNorm_init 1
-chk.check_LayerNorm_init(LayerNorm)
+chk.test_LayerNorm_init(LayerNorm)
 
 # %% [test] test_LayerNorm_matches_torch 2
-chk.check_LayerNorm_matches_torch(LayerNorm, seed=0, cases=[(6, (4,), 1e-5), (8, (2, 5), 1e-3)])
+chk.test_LayerNorm_matches_torch(LayerNorm)
 ### BEGIN HIDDEN TESTS
-chk.check_LayerNorm_matches_torch(LayerNorm, seed=8128, cases=[(13, (3,), 1e-5), (32, (2, 7), 1e-5),
-                                                               (5, (2, 3, 4), 0.2), (24, (1, 9), 1e-6)])
+chk.test_LayerNorm_matches_torch(LayerNorm, seed=8128)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -452,27 +447,24 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     ### END SOLUTION
 
 # %% [test] test_batch_norm_train 2
-chk.check_batch_norm_train(batch_norm)
+chk.test_batch_norm_train(batch_norm)
 
 # %% [test] test_batch_norm_running_stats 2
-chk.check_batch_norm_running_stats(batch_norm)
+chk.test_batch_norm_running_stats(batch_norm)
 
 # %% [test] test_batch_norm_eval 1
-chk.check_batch_norm_eval(batch_norm)
+chk.test_batch_norm_eval(batch_norm)
 
 # %% [test] test_batch_norm_sequences 2
-chk.check_batch_norm_sequences(batch_norm)
+chk.test_batch_norm_sequences(batch_norm)
 
 # %% [test] test_batch_norm_gradient 1
-chk.check_batch_norm_gradient(batch_norm)
+chk.test_batch_norm_gradient(batch_norm)
 
 # %% [test] test_batch_norm_random 2
-chk.check_batch_norm_against_torch(batch_norm, seed=0, cases=[((8, 5), 0.1, 1e-5, 2),
-                                                              ((2, 6, 3), 0.1, 1e-5, 2)])
+chk.test_batch_norm_random(batch_norm)
 ### BEGIN HIDDEN TESTS
-chk.check_batch_norm_against_torch(batch_norm, seed=9091, cases=[
-    ((13, 7), 0.25, 1e-5, 4), ((3, 11, 6), 0.05, 1e-3, 3), ((2, 3, 4, 5), 0.5, 0.1, 2),
-    ((1, 9, 4), 0.1, 1e-5, 3), ((64, 2), 0.9, 1e-5, 2)], scale=3.0)
+chk.test_batch_norm_random(batch_norm, seed=9091)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -542,13 +534,12 @@ class BatchNorm(nn.Module):
         ### END SOLUTION
 
 # %% [test] test_BatchNorm_init 1
-chk.check_BatchNorm_init(BatchNorm)
+chk.test_BatchNorm_init(BatchNorm)
 
 # %% [test] test_BatchNorm_train_eval 3
-chk.check_BatchNorm_train_eval(BatchNorm, seed=0, cases=[(4, (6,), 1e-5, 0.1, 3), (3, (2, 5), 1e-5, 0.1, 2)])
+chk.test_BatchNorm_train_eval(BatchNorm)
 ### BEGIN HIDDEN TESTS
-chk.check_BatchNorm_train_eval(BatchNorm, seed=3107, cases=[(7, (9,), 1e-3, 0.3, 4), (5, (3, 8), 1e-5, 0.05, 3),
-                                                            (2, (1, 12), 0.1, 0.5, 2), (16, (4, 2), 1e-5, 0.1, 2)])
+chk.test_BatchNorm_train_eval(BatchNorm, seed=3107)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -794,13 +785,12 @@ def rms_norm(x, weight=None, eps=1e-6):
     ### END SOLUTION
 
 # %% [test] test_rms_norm_basic 1
-chk.check_rms_norm_basic(rms_norm)
+chk.test_rms_norm_basic(rms_norm)
 
 # %% [test] test_rms_norm_random 1
-chk.check_rms_norm_against_torch(rms_norm, seed=0, shapes=[(4, 8), (2, 3, 6)], eps_values=[1e-6, 0.1])
+chk.test_rms_norm_random(rms_norm)
 ### BEGIN HIDDEN TESTS
-chk.check_rms_norm_against_torch(rms_norm, seed=2718, shapes=[(9, 17), (2, 5, 32), (3,)],
-                                 eps_values=[1e-6, 1e-3, 0.3], scale=5.0, offset=1.0)
+chk.test_rms_norm_random(rms_norm, seed=2718)
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -28,15 +28,16 @@ import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
-from tfscratch import plots
+from tfscratch import checks, plots
 from tfscratch import reference as R
-from tfscratch.checks import positional as chk
 from tfscratch.fallback import pick
 from tfscratch.reference import MultiHeadAttention
 from tfscratch.widgets import explore
 
 torch.manual_seed(0)
 %matplotlib inline
+
+chk = checks.notebook("05_positional_encoding")  # the graded checks of this notebook
 
 # %% [markdown]
 # ## 1. Attention cannot see order
@@ -202,20 +203,18 @@ def sinusoidal_positional_encoding(max_len, d_model, base=10000.0):
     ### END SOLUTION
 
 # %% [test] test_sinusoidal_positional_encoding_shape 1
-chk.check_pe_shape(sinusoidal_positional_encoding)
+chk.test_sinusoidal_positional_encoding_shape(sinusoidal_positional_encoding)
 
 # %% [test] test_sinusoidal_positional_encoding_closed_form 2
-chk.check_pe_closed_form(sinusoidal_positional_encoding, seed=0, cases=[(50, 16, None)])
+chk.test_sinusoidal_positional_encoding_closed_form(sinusoidal_positional_encoding)
 
 # %% [test] test_sinusoidal_positional_encoding_base 1
-chk.check_pe_base(sinusoidal_positional_encoding)
+chk.test_sinusoidal_positional_encoding_base(sinusoidal_positional_encoding)
 
 # %% [test] test_sinusoidal_positional_encoding_random 2
-chk.check_pe_closed_form(sinusoidal_positional_encoding, seed=1, cases=[(128, 64, None), (20, 4, 100.0)])
+chk.test_sinusoidal_positional_encoding_random(sinusoidal_positional_encoding)
 ### BEGIN HIDDEN TESTS
-chk.check_pe_closed_form(sinusoidal_positional_encoding, seed=5151,
-                         cases=[(1, 2, None), (37, 2, None), (300, 10, 500.0), (5000, 512, None),
-                                (777, 26, 10000.0), (64, 96, 2.0), (2048, 30, 1e5)], n_positions=20)
+chk.test_sinusoidal_positional_encoding_random(sinusoidal_positional_encoding, seed=5151)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -462,20 +461,18 @@ def pe_shift_matrix(offset, d_model, base=10000.0):
     ### END SOLUTION
 
 # %% [test] test_pe_shift_matrix_shape 1
-chk.check_shift_shape(pe_shift_matrix)
+chk.test_pe_shift_matrix_shape(pe_shift_matrix)
 
 # %% [test] test_pe_shift_matrix_shift_property 2
-chk.check_shift_property(pe_shift_matrix)
+chk.test_pe_shift_matrix_shift_property(pe_shift_matrix)
 
 # %% [test] test_pe_shift_matrix_block_diagonal 1
-chk.check_shift_structure(pe_shift_matrix)
+chk.test_pe_shift_matrix_block_diagonal(pe_shift_matrix)
 
 # %% [test] test_pe_shift_matrix_random 2
-chk.check_shift_property(pe_shift_matrix, cases=[(3, 4, None), (20, 32, None)])
+chk.test_pe_shift_matrix_random(pe_shift_matrix)
 ### BEGIN HIDDEN TESTS
-chk.check_shift_property(pe_shift_matrix, cases=[(0, 6, None), (1, 2, None), (7, 10, 500.0),
-                                                 (250, 64, None), (33, 128, 1e5), (9, 14, 3.0)],
-                         n_pos=200)
+chk.test_pe_shift_matrix_random(pe_shift_matrix, seed=6117)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -601,30 +598,27 @@ class PositionalEncoding(nn.Module):
         ### END SOLUTION
 
 # %% [test] test_PositionalEncoding_adds_table 2
-chk.check_pe_module_adds_table(PositionalEncoding)
+chk.test_PositionalEncoding_adds_table(PositionalEncoding)
 
 # %% [test] test_PositionalEncoding_buffer 2
-chk.check_pe_module_buffer(PositionalEncoding)
+chk.test_PositionalEncoding_buffer(PositionalEncoding)
 
 # %% [test] test_PositionalEncoding_batch_invariance 2
-chk.check_pe_module_batch_invariance(PositionalEncoding)
+chk.test_PositionalEncoding_batch_invariance(PositionalEncoding)
 
 # %% [test] test_PositionalEncoding_max_len 1
-chk.check_pe_module_max_len(PositionalEncoding)
+chk.test_PositionalEncoding_max_len(PositionalEncoding)
 ### BEGIN HIDDEN TESTS
-chk.check_pe_module_max_len(PositionalEncoding, d=4, max_len=3)
+chk.test_PositionalEncoding_max_len(PositionalEncoding, seed=3313)
 ### END HIDDEN TESTS
 
 # %% [test] test_PositionalEncoding_dropout 1
-chk.check_pe_module_dropout(PositionalEncoding)
+chk.test_PositionalEncoding_dropout(PositionalEncoding)
 
 # %% [test] test_PositionalEncoding_random 2
-chk.check_pe_module_random(PositionalEncoding, seed=0, cases=[(32, 64, 2, 9, 0.0)])
+chk.test_PositionalEncoding_random(PositionalEncoding)
 ### BEGIN HIDDEN TESTS
-chk.check_pe_module_random(PositionalEncoding, seed=808,
-                           cases=[(2, 5, 3, 5, 0.0), (48, 100, 1, 37, 0.3), (10, 7, 7, 7, 0.1),
-                                  (126, 1000, 4, 64, 0.0), (64, 5000, 2, 3, 0.5)])
-chk.check_pe_module_batch_invariance(PositionalEncoding, d=12, L=5, max_len=9, batches=(5, 1, 2, 8))
+chk.test_PositionalEncoding_random(PositionalEncoding, seed=8080)
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -17,12 +17,22 @@ run.
   of the probe, so one object goes through train, eval and train again.
 - `rms_norm`: the reference is 09's `modern_decoder.rms_norm` (04's cell is not exported);
   both default to eps=1e-6, and most calls pass eps explicitly.
+
+Diagnoses: the wrong formulas (the seeds' unbiased std + eps, eps outside the root, the wrong
+axes, a reversed momentum, ...) written once, in float64. `mistake` is `like` that also asks
+the formula to differ from the reference on the probe's inputs (and, with `rivals`, that the
+student's output be nearer to it than to a formula it differs from only slightly);
+`_replay` runs a wrong batch_norm through a whole probe, chained statistics included, and
+compares outputs and running statistics. `BatchNorm`'s first probe asks `get_parameter` for
+the running statistics (it must raise), so a Parameter and a plain attribute are told apart.
 """
 
 ASSIGNMENT = "04_normalization"
+import numpy as np
 import torch
 
-from .engine import Exercise, Probe, call, ctor, given, prev, randn
+from . import vm
+from .engine import Exercise, Probe, call, ctor, given, prev, randn, when
 
 
 # -- inputs ---------------------------------------------------------------------------------
@@ -145,11 +155,494 @@ def _train_eval(lead, d, steps):
     return calls
 
 
+# -- diagnoses: shared helpers --------------------------------------------------------------
+
+def _close(a, b, atol=1e-4, rtol=1e-3):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return a.shape == b.shape and bool(np.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True))
+
+
+def _np64(t):
+    return t.detach().double().numpy() if isinstance(t, torch.Tensor) else np.asarray(t, float)
+
+
+def _gap(e, fn):
+    """The largest |student - fn| over the calls where fn gives a tensor (inf: none)."""
+    ref = e.ref() if e.pd.get("make") is not None else None
+    worst = None
+    for ci in range(len(e.pd["calls"])):
+        g = e.out(ci)
+        try:
+            args, kwargs = e.args(ci)
+            with torch.no_grad():
+                r = fn(ref, *args, **kwargs) if ref is not None else fn(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - the formula does not apply to this call
+            continue
+        if g is None or r is None or np.shape(g) != tuple(r.shape):
+            continue
+        d = float(np.nan_to_num(np.abs(np.asarray(g, float) - _np64(r)), nan=np.inf).max(initial=0))
+        worst = d if worst is None else max(worst, d)
+    return np.inf if worst is None else worst
+
+
+def mistake(message, fn, probes=(), rivals=()):
+    """`like`, and the formula is a mistake on these inputs (it differs from the reference
+    somewhere), and the student's output is nearer to it than to each of `rivals` (wrong
+    formulas that differ from it only slightly, e.g. eps outside the root)."""
+    def test(e):
+        if not e.matches(fn):
+            return False
+        if not any(not _close(_np64(r), w) for r, w in _results(e, fn)):
+            return False
+        return all(_gap(e, fn) < _gap(e, r) for r in rivals)
+    return when(message, test, probes)
+
+
+def _results(e, fn):
+    """[(fn's result, the reference's output)] for the calls fn applies to."""
+    ref = e.ref() if e.pd.get("make") is not None else None
+    res = []
+    for ci in range(len(e.pd["calls"])):
+        w = e.want_out(ci)
+        try:
+            args, kwargs = e.args(ci)
+            with torch.no_grad():
+                r = fn(ref, *args, **kwargs) if ref is not None else fn(*args, **kwargs)
+        except Exception:  # noqa: BLE001
+            continue
+        if r is not None and w is not None:
+            res.append((r, w))
+    return res
+
+
+def _raised(*texts):
+    return lambda e: any(t in e.error for t in texts)
+
+
+def _grad_only(e):
+    """The outputs are right, the gradient of the input is not."""
+    return "the gradient of input 0" in e.problem
+
+
+# -- layer_norm -----------------------------------------------------------------------------
+
+def _ln(x, w=None, b=None, eps=1e-5, dims=(-1,), unbiased=False, eps_std=False, root=True,
+        center=True, bias_first=False):
+    """LayerNorm and its wrong relatives, in float64."""
+    x = x.double()
+    dims = tuple(sorted({d % x.dim() for d in dims}))
+    m = x.mean(dims, keepdim=True)
+    v = x.var(dims, unbiased=unbiased, keepdim=True)
+    den = v + eps if not root else (v.sqrt() + eps if eps_std else (v + eps).sqrt())
+    y = ((x - m) if center else x) / den
+    if bias_first:
+        return None if w is None or b is None else (y + b.double()) * w.double()
+    y = y if w is None else y * w.double()
+    return y if b is None else y + b.double()
+
+
+def _lnf(**kw):
+    return lambda x, weight=None, bias=None, eps=1e-5: _ln(x, weight, bias, eps, **kw)
+
+
+def _ln_e2(x, weight=None, bias=None, eps=1e-5):
+    """E[x^2] - E[x]^2 in float32, as the mistake computes it."""
+    m = x.mean(-1, keepdim=True)
+    v = (x ** 2).mean(-1, keepdim=True) - m ** 2
+    return _affine(((x - m) / torch.sqrt(v + eps)).double(), weight, bias)
+
+
+def _affine(y, w, b):
+    y = y if w is None else y * w.double()
+    return y if b is None else y + b.double()
+
+
+def _no_keepdim(x, weight=None, bias=None, eps=1e-5):
+    x = x.double()
+    return _affine((x - x.mean(-1)) / (x.var(-1, unbiased=False) + eps).sqrt(), weight, bias)
+
+
+SEED_LN = ("this is the seeds' LayerNorm: x.std() is the UNBIASED standard deviation (it divides "
+           "by D-1) and eps is added to the std. LayerNorm uses the biased variance "
+           "(var(unbiased=False), dividing by D) and puts eps inside the root: "
+           "(x - mean) / sqrt(var + eps).")
+UNBIASED_LN = ("you used the unbiased variance (x.var() / x.std() divide by D-1 by default); "
+               "LayerNorm uses the biased one: x.var(dim=-1, unbiased=False) (correction=0).")
+EPS_STD = ("eps was added to the standard deviation, (x - mean) / (std + eps); it belongs inside "
+           "the square root: (x - mean) / sqrt(var + eps). The two differ when the variance is "
+           "tiny.")
+EPS_MISSING = ("the output is NaN for a constant row (its variance is 0, so 0 / 0): you left "
+               "eps out. Add it inside the root: (x - mean) / sqrt(var + eps).")
+KEEPDIM = ("the mean/variance lost their reduced axis: without keepdim=True the (N,) statistics "
+           "broadcast against the wrong axis (silently, for square inputs). Use "
+           "mean(dim=-1, keepdim=True).")
+WHOLE = ("you took one mean and variance over the whole tensor of each example (positions and "
+         "features together): LayerNorm takes them per token, over the last axis only "
+         "(dim=-1, keepdim=True).")
+_SEED, _UNBIASED = _lnf(unbiased=True, eps_std=True), _lnf(unbiased=True)
+
+
+def _eps_ignored(e):
+    return lambda x, weight=None, bias=None, eps=1e-5: None if eps == e else _ln(x, weight, bias, e)
+
+
+LN_FORMULAS = [     # (message, wrong formula), most specific first
+    (UNBIASED_LN, _UNBIASED),
+    (SEED_LN, _SEED),
+    (EPS_STD, _lnf(eps_std=True)),
+    (EPS_MISSING, lambda x, weight=None, bias=None, eps=1e-5: _ln(x, weight, bias, 0.0)),
+    *[(f"the eps argument was ignored: you used eps={v:g} whatever the caller passed. Use "
+       "the eps parameter.", _eps_ignored(v)) for v in (1e-5, 1e-6, 1e-12, 1e-8)],
+    ("you divided by the variance; divide by the standard deviation sqrt(var + eps).",
+     _lnf(root=False)),
+    ("you did not subtract the mean: the output is x / sqrt(var + eps), not (x - mean) / ...",
+     _lnf(center=False)),
+    ("you normalised over the batch axis (dim=0), one statistic per feature: that is "
+     "BatchNorm. LayerNorm normalises each row (token) over its LAST axis, dim=-1.",
+     _lnf(dims=(0,))),
+    ("you normalised over the batch axis (dim=0), one statistic per feature: that is "
+     "BatchNorm. LayerNorm normalises each row (token) over its LAST axis, dim=-1. (It "
+     "also used the unbiased variance.)", _lnf(dims=(0,), unbiased=True)),
+    (KEEPDIM, _no_keepdim),
+    ("you normalised over the last TWO axes (positions and features together): LayerNorm "
+     "takes one mean and variance per token, over the last axis only (dim=-1).",
+     lambda x, weight=None, bias=None, eps=1e-5:
+     _ln(x, weight, bias, eps, dims=(-2, -1)) if x.dim() >= 3 else None),
+    (WHOLE, lambda x, weight=None, bias=None, eps=1e-5:
+     _ln(x, weight, bias, eps, dims=range(1, x.dim())) if x.dim() >= 3 else None),
+    (WHOLE, lambda x, weight=None, bias=None, eps=1e-5: _ln(x, weight, bias, eps, dims=range(x.dim()))),
+    ("weight and bias are swapped: y = x_hat * weight + bias.",
+     lambda x, weight=None, bias=None, eps=1e-5: _ln(x, bias, weight, eps)),
+    ("the weight (scale) was not applied: y = x_hat * weight + bias.",
+     lambda x, weight=None, bias=None, eps=1e-5: _ln(x, None, bias, eps)),
+    ("the bias (shift) was not added: y = x_hat * weight + bias.",
+     lambda x, weight=None, bias=None, eps=1e-5: _ln(x, weight, None, eps)),
+    ("the bias was added before scaling, (x_hat + bias) * weight; use x_hat * weight + bias.",
+     _lnf(bias_first=True)),
+    ("the variance was computed as E[x^2] - E[x]^2: in float32 this loses most of its digits "
+     "when the mean is large compared with the spread (catastrophic cancellation). Compute "
+     "mean((x - mean)^2), or x.var(unbiased=False).", _ln_e2),
+]
+LN_ERRORS = [
+    when(EPS_MISSING, lambda e: any(np.isnan(g).any() and not np.isnan(w).any() for g, w in e.outs())),
+    when(KEEPDIM, _raised("must match the size of tensor")),
+    when("`if weight:` asks a whole tensor for one True/False (\"Boolean value of Tensor ... is "
+         "ambiguous\"). Test for the missing argument instead: `if weight is not None:`.",
+         _raised("Boolean value of Tensor")),
+    when("the forward values are right, but the gradient with respect to x is not: the mean and "
+         "the variance depend on x, so gradients must flow through them. Do not detach them (or "
+         "compute them under torch.no_grad()).", _grad_only),
+]
+LN_DIAGNOSES = ([mistake(SEED_LN, _SEED, rivals=(_UNBIASED,))]
+                + [mistake(m, f) for m, f in LN_FORMULAS] + LN_ERRORS)
+
+
+# -- LayerNorm ------------------------------------------------------------------------------
+
+def _param_names(e):
+    return {n for n, _ in (e.meta("params") or [])}
+
+
+def _mod(fn):
+    """A layer_norm formula as the module's: fn(ref, x) with the probe's weight, bias, eps."""
+    return lambda m, x: fn(x, m.weight, m.bias, m.eps)
+
+
+LAYERNORM_DIAGNOSES = [
+    when("your module's parameters have other names (the seeds' a_2 / b_2, or gamma / beta): "
+         "call them `weight` and `bias`, as PyTorch does, so weights can be copied across.",
+         lambda e: bool(_param_names(e) & {"a_2", "b_2", "gamma", "beta", "alpha", "scale", "shift"})),
+    when("self.weight / self.bias are plain tensors, not nn.Parameter: they would never be "
+         "trained (they are not in model.parameters()). Wrap them: self.weight = "
+         "nn.Parameter(torch.ones(d)).",
+         lambda e: e.meta("params") is not None and "weight" not in _param_names(e)
+         and e.got("after.weight") is not None),
+    when("the module has no parameter named `weight`: create it in __init__, self.weight = "
+         "nn.Parameter(torch.ones(d)).",
+         lambda e: e.meta("params") is not None and "weight" not in _param_names(e)),
+    when("the module has no parameter named `bias`: create it in __init__, self.bias = "
+         "nn.Parameter(torch.zeros(d)).",
+         lambda e: e.meta("params") is not None and "bias" not in _param_names(e)),
+    mistake("LayerNorm(d) behaves as if eps=1e-6: the default must be eps=1e-5, nn.LayerNorm's "
+            "(the tutorial's 1e-6 is a different layer).",
+            lambda m, x: _ln(x, m.weight, m.bias, 1e-6), probes=("default eps",)),
+    mistake("the module ignores its eps: pass self.eps on to the normalisation (it used 1e-5).",
+            lambda m, x: None if m.eps == 1e-5 else _ln(x, m.weight, m.bias, 1e-5)),
+    mistake(SEED_LN, _mod(_SEED), rivals=(_mod(_UNBIASED),)),
+    mistake("you normalised over dim=1, which is the last axis only for 2-D inputs; for "
+            "(B, L, D) it is the positions. Use dim=-1 so that every rank works.",
+            lambda m, x: _ln(x, m.weight, m.bias, m.eps, dims=(1,))),
+    *[mistake(m, _mod(f)) for m, f in LN_FORMULAS],
+    *LN_ERRORS,
+]
+
+# -- batch_norm -----------------------------------------------------------------------------
+
+def _bn(x, rm, rv, w=None, b=None, training=False, momentum=0.1, eps=1e-5, *, dims=None,
+        unbiased=False, eps_std=False, root=True, update=True, store="unbiased", k=None,
+        inplace=True, eval_batch=False, eval_update=False, n_of=None, raw_n=False):
+    """batch_norm and its wrong relatives (float64, running statistics updated in place as
+    the mistake does): dims(x) the axes of the statistics, store the running_var kept
+    ("unbiased", "biased", "std"), k the weight of the new batch (None: momentum), n_of(x)
+    the n of the unbiased correction (raw_n: n / (n - 1) even for n = 1)."""
+    x = x.double()
+    red = tuple(range(x.dim() - 1)) if dims is None else dims(x)
+    D = x.shape[-1]
+    mb, vb = x.mean(red, keepdim=True), x.var(red, unbiased=False, keepdim=True)
+    batch = training or eval_batch
+    m, v = (mb, x.var(red, unbiased=unbiased, keepdim=True)) if batch else (rm.clone(), rv.clone())
+    if update and (training or eval_update) and rm is not None:
+        n = n_of(x) if n_of else x.numel() // D if dims is None else x.numel() // mb.numel()
+        fm, fv = mb.reshape(-1, D).mean(0), vb.reshape(-1, D).mean(0)
+        unb = fv * n / (n - 1 if raw_n else max(n - 1, 1))
+        new_v = {"unbiased": unb, "biased": fv, "std": (fv * n / (n - 1)).sqrt()}[store]
+        kk = momentum if k is None else k(momentum, eps)
+        nm, nv = (1 - kk) * rm + kk * fm, (1 - kk) * rv + kk * new_v
+        if inplace:
+            rm.copy_(nm)
+            rv.copy_(nv)
+    den = v + eps if not root else (v.sqrt() + eps if eps_std else (v + eps).sqrt())
+    return _affine((x - m) / den, w, b)
+
+
+def _bnf(**kw):
+    return lambda x, rm, rv, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5: \
+        _bn(x, rm, rv, weight, bias, training, momentum, eps, **kw)
+
+
+def _dbl(v):
+    return v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
+
+def _replay(fn, module=False):
+    """A diagnosis test: run `fn` (a wrong batch_norm) on every call of the probe as the probe
+    does, earlier outputs chained in and running statistics updated in place, and compare
+    every output and every kept argument with the student's. True when they all agree and
+    fn's differ from the reference's somewhere (fn is a mistake on these inputs).
+    module=True: the probe drives a BatchNorm module; fn(x, rm, rv, w, b, training, momentum,
+    eps) stands for its forward, with the probe's weight, bias, eps and momentum."""
+    def test(e):
+        ctx = vm._Ctx(e.tensors, {})
+        if module:
+            ref = e.ref()
+            st = {"rm": ref.running_mean.double().clone(), "rv": ref.running_var.double().clone(),
+                  "train": e.pd.get("mode") != "eval"}
+        n, wrong = 0, False
+        for ci, c in enumerate(e.pd["calls"]):
+            args = [_dbl(a) for a in ctx.value(c["args"])]
+            kwargs = {k: _dbl(v) for k, v in ctx.value(c["kwargs"]).items()}
+            with torch.no_grad():
+                if not module:
+                    out = fn(*args, **kwargs)
+                elif c["method"] in ("eval", "train"):
+                    st["train"] = c["method"] == "train"
+                    continue
+                elif c["method"] == "get_buffer":
+                    out = st["rm" if args[0] == "running_mean" else "rv"]
+                else:
+                    out = fn(args[0], st["rm"], st["rv"], ref.weight.double(), ref.bias.double(),
+                             st["train"], ref.momentum, ref.eps)
+            ctx.outs[ci] = out
+            g = e.out(ci)
+            if g is None:
+                break
+            pairs = [(g, out, e.want_out(ci))] + [
+                (e.got(f"{ci}.arg.{i}"), args[i], e.want(f"{ci}.arg.{i}")) for i in c["keep"]]
+            for got, mine, want in pairs:
+                if got is None or want is None:
+                    continue
+                if not _close(got, _np64(mine)):
+                    return False
+                wrong = wrong or not _close(_np64(mine), want)
+            n += 1
+        return n > 0 and wrong
+    return test
+
+
+LN_NOT_BN = ("you normalised each row over its features (that is LayerNorm). BatchNorm takes one "
+             "mean and variance PER FEATURE, over every other axis (the batch, and the "
+             "positions for (B, L, D)).")
+EVAL_USES_BATCH = ("in eval mode (training=False) you normalised with the batch's own "
+                   "statistics. Eval mode uses running_mean and running_var, so an example's "
+                   "output does not depend on the rest of the batch.")
+RUN_GRAPH = ("the running statistics became part of the autograd graph (they now require grad): "
+             "the next backward() fails. Update them under torch.no_grad(), or with "
+             "mean.detach() and var.detach().")
+PER_POSITION = ("the statistics were taken over the batch axis only (dim=0), one per position "
+                "AND feature. For (B, L, D) BatchNorm averages each feature over the batch and "
+                "the positions: dims (0, 1) (every axis but the last).")
+RUN_REVERSED = ("momentum is reversed: you computed momentum * running + (1 - momentum) * batch. "
+                "PyTorch's rule is running = (1 - momentum) * running + momentum * batch: "
+                "momentum is the weight of the NEW batch (the opposite of an optimizer's momentum).")
+EPS_MOM_SWAP = ("momentum and eps were swapped (a positional-argument mix-up): pass them by name, "
+                "momentum=..., eps=....")
+MOM_IGNORED = "the momentum argument was ignored (you used 0.1): use the momentum passed in."
+BN_FORMULAS = [     # (message, wrong batch_norm), most specific first
+    (LN_NOT_BN, _bnf(dims=lambda x: (x.dim() - 1,), update=False)),
+    (LN_NOT_BN, _bnf(dims=lambda x: (x.dim() - 1,))),
+    ("the batch was normalised with the unbiased variance. Normalise with the biased one "
+     "(divide by n); only the running_var that is STORED uses the unbiased estimate (times "
+     "n / (n - 1)).", _bnf(unbiased=True)),
+    ("running_var was updated with the BIASED batch variance. PyTorch stores the unbiased "
+     "estimate: batch_var * n / (n - 1), with n the number of values per feature (N, or B * L).",
+     _bnf(store="biased")),
+    (RUN_REVERSED, _bnf(k=lambda m, eps: 1 - m)),
+    (RUN_REVERSED + " (running_var also used the biased variance.)",
+     _bnf(k=lambda m, eps: 1 - m, store="biased")),
+    ("the running statistics were not updated in place. `running_mean = ...` only rebinds a "
+     "local name; the caller's tensor is unchanged. Update it in place: "
+     "running_mean.mul_(1 - momentum).add_(momentum * mean) (or .copy_(...), or "
+     ".lerp_(mean, momentum)).", _bnf(inplace=False)),
+    ("the running statistics were replaced by the batch's; blend them: running = "
+     "(1 - momentum) * running + momentum * batch.", _bnf(k=lambda m, eps: 1.0)),
+    ("running_var was updated with the standard deviation; it keeps the (unbiased) VARIANCE.",
+     _bnf(store="std")),
+    (EPS_MOM_SWAP, lambda x, rm, rv, weight=None, bias=None, training=False, momentum=0.1,
+     eps=1e-5: _bn(x, rm, rv, weight, bias, training, eps, momentum)),
+    (MOM_IGNORED, _bnf(k=lambda m, eps: 0.1)),
+    (EVAL_USES_BATCH, _bnf(eval_batch=True)),
+    (EVAL_USES_BATCH + " (And with the unbiased variance.)", _bnf(eval_batch=True, unbiased=True)),
+    ("the running statistics changed in eval mode (training=False): only update them while "
+     "training.", _bnf(eval_update=True)),
+    ("eval mode (training=False) changed the running statistics and normalised with the "
+     "batch's own statistics: eval mode uses running_mean and running_var as they are.",
+     _bnf(eval_update=True, eval_batch=True)),
+    ("in training mode you normalised with the running statistics. Training normalises with "
+     "the CURRENT batch's mean and (biased) variance, and only updates the running statistics.",
+     lambda x, rm, rv, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5:
+     _bn(x, rm, rv, weight, bias, False, momentum, eps, eval_update=training)),
+    (PER_POSITION, _bnf(dims=lambda x: (0,), n_of=lambda x: x.shape[0], raw_n=True)),
+    (PER_POSITION, _bnf(dims=lambda x: (0,), n_of=lambda x: x.shape[0])),
+    (PER_POSITION, _bnf(dims=lambda x: (0,))),
+    ("the statistics were taken over the positions only (dim=1), separately for each "
+     "sequence. BatchNorm averages each feature over every axis but the last.",
+     _bnf(dims=lambda x: (1,) if x.dim() >= 3 else None)),
+    ("the unbiased correction n / (n - 1) used the wrong n: n is the number of values averaged "
+     "per feature, B * L for a (B, L, D) input, not B.", _bnf(n_of=lambda x: x.shape[0])),
+    ("the unbiased correction n / (n - 1) used the wrong n: n is the number of values averaged "
+     "per feature, B * L for a (B, L, D) input (it must count every position of every "
+     "sequence).", _bnf(n_of=lambda x: x.shape[-2])),
+    ("eps was added to the std; it goes inside the root: sqrt(var + eps).", _bnf(eps_std=True)),
+    ("you divided by the variance; divide by sqrt(var + eps).", _bnf(root=False)),
+    ("weight and bias were not applied: y = x_hat * weight + bias.",
+     lambda x, rm, rv, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5:
+     None if weight is None else _bn(x, rm, rv, None, None, training, momentum, eps)),
+    ("weight and bias are swapped: y = x_hat * weight + bias.",
+     lambda x, rm, rv, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5:
+     _bn(x, rm, rv, bias, weight, training, momentum, eps)),
+    ("running_var was not updated: update both running_mean and running_var.",
+     lambda x, rm, rv, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5:
+     _bn(x, rm, rv.clone(), weight, bias, training, momentum, eps)),
+]
+BN_DIAGNOSES = [
+    when(RUN_GRAPH, _raised("backward through the graph a second time", "requires grad",
+                            "leaf Variable that requires grad")),
+    when("the forward values are right, but the gradient with respect to x is not: in training "
+         "the batch mean and variance depend on x, so gradients flow through them. Do not "
+         "detach the batch statistics you normalise with (only the running statistics are "
+         "updated without gradient).", _grad_only),
+    *[when(m, _replay(f)) for m, f in BN_FORMULAS],
+    when("`if weight:` asks a whole tensor for one True/False (\"Boolean value of Tensor ... is "
+         "ambiguous\"). Test for the missing argument instead: `if weight is not None:`.",
+         _raised("Boolean value of Tensor")),
+]
+
+
+# -- BatchNorm ------------------------------------------------------------------------------
+
+def _not_buffer(e):
+    return "is not a buffer" in e.error or "has no attribute `running_" in e.error
+
+
+NOT_TRAINING = ("after model.eval() the module still normalised with the batch's own statistics "
+                "(and kept updating the running ones): forward must pass "
+                "training=self.training, the flag that model.train() and model.eval() set.")
+BN_MODULE_FORMULAS = [
+    (NOT_TRAINING, lambda x, rm, rv, w, b, training, momentum, eps:
+     _bn(x, rm, rv, w, b, True, momentum, eps)),
+    (EPS_MOM_SWAP, lambda x, rm, rv, w, b, training, momentum, eps:
+     _bn(x, rm, rv, w, b, training, eps, momentum)),
+    ("the module ignores its momentum argument: pass self.momentum on (it used 0.1).",
+     lambda x, rm, rv, w, b, training, momentum, eps: _bn(x, rm, rv, w, b, training, 0.1, eps)),
+    ("the module ignores its eps: pass self.eps to the normalisation (it used 1e-5).",
+     lambda x, rm, rv, w, b, training, momentum, eps:
+     None if eps == 1e-5 else _bn(x, rm, rv, w, b, training, momentum, 1e-5)),
+    *BN_FORMULAS,
+]
+BATCHNORM_DIAGNOSES = [
+    when("BatchNorm.running_mean is an nn.Parameter (running_var too): the optimizer would "
+         "change it and it would receive gradients. Running statistics are buffers: "
+         "self.register_buffer('running_mean', torch.zeros(d)).",
+         lambda e: _not_buffer(e) and e.got("0.raised") is not None and not bool(e.got("0.raised"))),
+    when("BatchNorm.running_mean / running_var are not registered buffers (a plain tensor "
+         "attribute is not saved in state_dict() nor moved by .to(device)). Use "
+         "self.register_buffer('running_mean', torch.zeros(d)) and the same for running_var.",
+         _not_buffer),
+    when("running_var starts at ONES, as in PyTorch: with zeros, eval mode before any training "
+         "divides by sqrt(eps) and blows the activations up ~300x.",
+         lambda e: e.out(3) is not None and not np.any(e.out(3)), probes=("init",)),
+    when("running_mean starts at zeros and running_var at ones, as in PyTorch.",
+         lambda e: not _close(e.out(2), e.want_out(2)) or not _close(e.out(3), e.want_out(3)),
+         probes=("init",)),
+    *LAYERNORM_DIAGNOSES[:4],
+    *[when(m, _replay(f, module=True)) for m, f in BN_MODULE_FORMULAS],
+    *BN_DIAGNOSES[:2],
+]
+
+
+
+# -- rms_norm -------------------------------------------------------------------------------
+
+def _rms(x, w=None, eps=1e-6, dims=(-1,), eps_out=False, root=True, center=False, l2=False,
+         std=False):
+    x = x.double()
+    dims = tuple(sorted({d % x.dim() for d in dims}))
+    if center:
+        x = x - x.mean(dims, keepdim=True)
+    ms = x.pow(2).sum(dims, keepdim=True) if l2 else x.pow(2).mean(dims, keepdim=True)
+    if std:
+        ms = x.var(dims, keepdim=True)
+    den = ms + eps if not root else (ms.sqrt() + eps if eps_out else (ms + eps).sqrt())
+    return x / den if w is None else x / den * w.double()
+
+
+def _rmsf(**kw):
+    return lambda x, weight=None, eps=1e-6: _rms(x, weight, eps, **kw)
+
+
+RMS_DIAGNOSES = [
+    mistake("you subtracted the mean: that is LayerNorm. RMSNorm only rescales, "
+            "x / sqrt(mean(x^2) + eps), with no centring.", _rmsf(center=True)),
+    mistake("you divided by the standard deviation (x.std() / x.var()): RMSNorm divides by the "
+            "root mean square sqrt(mean(x^2)), which includes the mean.", _rmsf(std=True)),
+    mistake("you divided by the L2 norm ||x||; RMS is the norm divided by sqrt(D): "
+            "sqrt(mean(x^2)).", _rmsf(l2=True)),
+    mistake("you divided by mean(x^2); divide by its square root, sqrt(mean(x^2) + eps).",
+            _rmsf(root=False)),
+    mistake("eps was added outside the square root: use sqrt(mean(x^2) + eps).", _rmsf(eps_out=True)),
+    mistake("the mean of x^2 was taken over dim=0; RMSNorm normalises each vector over dim=-1.",
+            _rmsf(dims=(0,))),
+    mistake("you took one mean of x^2 over the whole tensor; RMSNorm takes one per vector, over "
+            "dim=-1 with keepdim=True.",
+            lambda x, weight=None, eps=1e-6: _rms(x, weight, eps, dims=range(x.dim()))),
+    mistake("the weight was not applied: y = x / rms * weight.",
+            lambda x, weight=None, eps=1e-6: _rms(x, None, eps)),
+    mistake("RMSNorm has a scale and NO bias; do not add one.",
+            lambda x, weight=None, eps=1e-6: None if weight is None else _rms(x, weight, eps) + weight),
+    *[mistake(f"the eps argument was ignored: you used eps={v:g} whatever the caller passed. Use "
+              "the eps parameter.", lambda x, weight=None, eps=1e-6, v=v:
+              None if eps == v else _rms(x, weight, v)) for v in (1e-6, 1e-5, 1e-8)],
+    when("the forward values are right, but the gradient with respect to x is not: the mean "
+         "square depends on x, so gradients must flow through it. Do not detach it.", _grad_only),
+]
+
+
 EXERCISES = [
-    Exercise("layer_norm", ref="norm.layer_norm", probes=[
+    Exercise("layer_norm", ref="norm.layer_norm", shortcuts=("layer_norm",),
+             diagnose=LN_DIAGNOSES, probes=[
         Probe("basic", ("test_layer_norm_basic", "test_layer_norm_random"),
-              [call(_normal(5, 7, scale=2.0, offset=1.0)), call(_normal(6, 6, scale=3.0))],
-              what="rows of a (5, 7) and of a square (6, 6) input, no weight or bias"),
+              [call(_normal(6, 6, scale=3.0)), call(_normal(5, 7, scale=2.0, offset=1.0))],
+              what="rows of a square (6, 6) and of a (5, 7) input, no weight or bias"),
         Probe("affine", ("test_layer_norm_affine",),
               [call(_normal(4, 5, scale=2.0, offset=1.0), randn(5), randn(5)),
                call(_normal(4, 5, scale=2.0, offset=1.0), weight=randn(5)),
@@ -182,7 +675,8 @@ EXERCISES = [
                call(_normal(2, 4, 7, offset=100.0), randn(7), randn(7))],
               atol=2.1e-4, what="inputs with a large mean (randn + 100)"),
     ]),
-    Exercise("LayerNorm", ref="norm.LayerNorm", probes=[
+    Exercise("LayerNorm", ref="norm.LayerNorm", shortcuts=("layer_norm",),
+             diagnose=LAYERNORM_DIAGNOSES, probes=[
         Probe("init", ("test_LayerNorm_init",), [], make=ctor(7), params=True,
               after=("weight", "bias"),
               what="LayerNorm(7) as constructed: parameters weight (ones) and bias (zeros)"),
@@ -200,7 +694,8 @@ EXERCISES = [
               make=ctor(5, eps=0.2), load="reference", params=True,
               what="LayerNorm(5, eps=0.2) on (2, 3, 4, 5) and on one (5,) vector"),
     ]),
-    Exercise("batch_norm", ref="norm.batch_norm", probes=[
+    Exercise("batch_norm", ref="norm.batch_norm", shortcuts=("batch_norm",),
+             diagnose=BN_DIAGNOSES, probes=[
         Probe("train", ("test_batch_norm_train", "test_batch_norm_random"),
               [call(_normal(6, 4, scale=2.0, offset=1.0), _const(4), _const(4, value=1.0),
                     training=True, keep=(1, 2)),
@@ -256,8 +751,12 @@ EXERCISES = [
               _chain([(64, 2)] * 3, 2, momentum=0.9),
               compare=_outputs_only, what="two steps on (64, 2), momentum 0.9, then eval"),
     ]),
-    Exercise("BatchNorm", ref="norm.BatchNorm", probes=[
-        Probe("init", ("test_BatchNorm_init",), _buffers(), make=ctor(5), params=True,
+    Exercise("BatchNorm", ref="norm.BatchNorm", shortcuts=("batch_norm",),
+             diagnose=BATCHNORM_DIAGNOSES, probes=[
+        Probe("init", ("test_BatchNorm_init",),
+              [call("running_mean", method="get_parameter", raises=True),
+               call("running_var", method="get_parameter", raises=True)] + _buffers(),
+              make=ctor(5), params=True,
               after=("weight", "bias"),
               what="BatchNorm(5) as constructed: weight/bias parameters, running_mean/"
                    "running_var buffers"),
@@ -276,7 +775,8 @@ EXERCISES = [
               atol=1e-4, rtol=1e-3,
               what="BatchNorm(6, eps=0.1, momentum=0.2) on (2, 6, 6): train, eval, train again"),
     ]),
-    Exercise("rms_norm", ref="modern_decoder.rms_norm", probes=[
+    Exercise("rms_norm", ref="modern_decoder.rms_norm", shortcuts=("rms_norm",),
+             diagnose=RMS_DIAGNOSES, probes=[
         Probe("basic", ("test_rms_norm_basic",),
               [call(_normal(3, 5, scale=2.0, offset=1.0)), call(_tiny_rows(2, 5, offset=0.0)),
                call(_normal(3, 5, scale=2.0, offset=1.0), randn(5), grad=(0, 1),

@@ -10,17 +10,26 @@ for each grading run.
   registered buffer (a plain attribute, a parameter or no table at all fails), as an
   attribute elsewhere; it may be `(max_len, d)`, `(1, max_len, d)` or `(max_len, 1, d)`:
   it is compared after reshaping to `(max_len, d)`, see `_buffer`.
+  The buffer probe first asks `get_parameter('pe')`, which must raise: a table kept as an
+  nn.Parameter and one kept as a plain attribute fail `get_buffer` alike, and this tells the
+  diagnoses which it is.
 - Dropout is compared in eval mode; in train mode (`_dropout`) only what every correct
   implementation shares is required: about p of the outputs are 0, and wherever both the
   student's and the reference's outputs are kept they are equal ((x + pe) / (1 - p)).
 - An input longer than `max_len` must raise (any exception): only the probes of
   `test_PositionalEncoding_max_len` try one.
+- Diagnoses: the wrong tables, shift matrices and forwards written once in float64
+  (`_pe64`, `_shift64`), plus what an error or the dropout statistics say.
 """
 
 ASSIGNMENT = "05_positional_encoding"
-import numpy as np
+import math
+import re
 
-from .engine import ATOL, RTOL, Exercise, Probe, call, ctor, label, randn
+import numpy as np
+import torch
+
+from .engine import ATOL, RTOL, Exercise, Probe, call, ctor, label, randn, when
 
 
 # -- special comparisons --------------------------------------------------------------------
@@ -128,11 +137,283 @@ def _forward_checked(B, L, d):
     return call(_x(B, L, d), grad=(0,), backward=randn(B, L, d))
 
 
+# -- diagnoses ------------------------------------------------------------------------------
+
+def _close(a, b, atol=1e-4, rtol=1e-3):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return a.shape == b.shape and bool(np.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True))
+
+
+def _np64(t):
+    return t.detach().double().numpy() if isinstance(t, torch.Tensor) else np.asarray(t, float)
+
+
+def mistake(message, fn, probes=()):
+    """`like`, and the formula is a mistake on these inputs: it differs from the reference's
+    output on at least one call (else a correct output would "match" it)."""
+    def test(e):
+        if not e.matches(fn):
+            return False
+        ref = e.ref() if e.pd.get("make") is not None else None
+        for ci in range(len(e.pd["calls"])):
+            w = e.want_out(ci)
+            try:
+                args, kwargs = e.args(ci)
+                with torch.no_grad():
+                    r = fn(ref, *args, **kwargs) if ref is not None else fn(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - the formula does not apply to this call
+                continue
+            if r is not None and w is not None and not _close(_np64(r), w):
+                return True
+        return False
+    return when(message, test, probes)
+
+
+def _freqs(d_model, base=10000.0, rule="2i"):
+    """Angular frequencies of the pairs, float64; `rule` builds the wrong ones."""
+    i = torch.arange((d_model + 1) // 2, dtype=torch.float64)
+    return {"2i": lambda: base ** (-2 * i / d_model), "i": lambda: base ** (-i / d_model),
+            "sign": lambda: base ** (2 * i / d_model), "one": lambda: torch.ones_like(i),
+            "log10": lambda: torch.exp(-math.log10(base) * 2 * i / d_model)}[rule]()
+
+
+def _pe64(max_len, d_model, base=10000.0, rule="2i", concat=False, swap=False, shift=0,
+          per_column=False):
+    """The table (max_len, d_model) in float64 from the closed form, and its wrong relatives."""
+    pos = torch.arange(max_len, dtype=torch.float64).reshape(-1, 1) + shift
+    out = torch.zeros(max_len, d_model, dtype=torch.float64)
+    if per_column:      # column j its own frequency base^(-j/d)
+        ang = pos * base ** (-torch.arange(d_model, dtype=torch.float64) / d_model)
+        out[:, 0::2], out[:, 1::2] = torch.sin(ang[:, 0::2]), torch.cos(ang[:, 1::2])
+        return out
+    ang = pos * _freqs(d_model, base, rule)
+    s, c = (torch.cos(ang), torch.sin(ang)) if swap else (torch.sin(ang), torch.cos(ang))
+    n = d_model // 2
+    if concat:
+        return torch.cat([s[:, :n], c[:, :n]], 1)
+    out[:, 0::2], out[:, 1::2] = s, c[:, :n]
+    return out
+
+
+def _table_like(**kw):
+    return lambda max_len, d_model, base=10000.0: _pe64(max_len, d_model, base, **kw)
+
+
+def _not_a_tensor(e):
+    kind = e.meta("0.out")
+    return kind is not None and not hasattr(torch, kind.split("@")[0])
+
+
+def _transposed(e):
+    return any(g.shape != w.shape and g.shape == w.shape[::-1] for g, w in e.outs())
+
+
+SPE_DIAGNOSES = [
+    when("sinusoidal_positional_encoding must return a torch.Tensor (yours returned a numpy "
+         "array or another type): build the table with torch operations, or wrap it with "
+         "torch.from_numpy(...).float().", _not_a_tensor),
+    when("the table is transposed, (d_model, max_len): one row per position, one column per "
+         "dimension: (max_len, d_model).", _transposed),
+    mistake("sin and cos are swapped: even columns (0, 2, 4, ...) hold sin, odd columns cos, "
+            "so row 0 (every angle 0) is [0, 1, 0, 1, ...].", _table_like(swap=True)),
+    mistake("the table is [all sines | all cosines] (concatenated halves); the encoding "
+            "interleaves them: column 2i is sin, column 2i+1 is cos of the same frequency.",
+            _table_like(concat=True)),
+    mistake("the exponent uses i/d_model where it should be 2i/d_model (with i the pair index; "
+            "torch.arange(0, d_model, 2) already gives the 2i values).", _table_like(rule="i")),
+    mistake("every column got its own frequency base^(-j/d_model) (j = the column index): a "
+            "sin/cos pair 2i, 2i+1 must share one frequency, base^(-2i/d_model).",
+            _table_like(per_column=True)),
+    mistake("the frequencies grow instead of shrinking: multiply pos by base^(-2i/d_model) (or "
+            "divide by base^(2i/d_model)), not by base^(+2i/d_model).", _table_like(rule="sign")),
+    mistake("every frequency is 1: an integer division (2*i // d_model is 0) or a lost "
+            "exponent; use float division, 2*i / d_model.", _table_like(rule="one")),
+    mistake("positions start at 1; the first position is 0 (torch.arange(max_len)), so row 0 "
+            "is [0, 1, 0, 1, ...].", _table_like(shift=1)),
+    mistake("you used log10 in exp(-log(base) * 2i / d_model); the exp/log form needs the "
+            "natural log, math.log(base).", _table_like(rule="log10")),
+    mistake("the base argument is ignored: the table was built with 10000 whatever base was "
+            "passed. Use base in place of the constant 10000.",
+            lambda max_len, d_model, base=10000.0: None if base == 10000.0 else _pe64(max_len, d_model)),
+]
+
+
+def _shift64(offset, d_model, base=10000.0, rule="2i", transpose=False, no_freq=False,
+             halves=False, lost_sign=False):
+    """M with pe[pos + offset] = M @ pe[pos] (float64), and its wrong relatives."""
+    theta = offset * _freqs(d_model, base, rule)[: d_model // 2]
+    if no_freq:
+        theta = torch.full_like(theta, float(offset))
+    M = torch.zeros(d_model, d_model, dtype=torch.float64)
+    n = d_model // 2
+    for i, t in enumerate(theta.tolist()):
+        c, s = math.cos(t), math.sin(t)
+        a, b = (i, i + n) if halves else (2 * i, 2 * i + 1)
+        M[a, a], M[a, b], M[b, a], M[b, b] = c, s, (s if lost_sign else -s), c
+    return M.T.contiguous() if transpose else M
+
+
+def _shift_like(**kw):
+    return lambda offset, d_model, base=10000.0: _shift64(offset, d_model, base, **kw)
+
+
+def _fitted(e):
+    """M @ pe[pos] = pe[pos + offset] holds at some positions of 0..63 but not at all: M was
+    fitted to a few positions."""
+    for ci in range(len(e.pd["calls"])):
+        g = e.out(ci)
+        (offset, d, *rest), kw = e.args(ci)
+        base = rest[0] if rest else kw.get("base", 10000.0)
+        if g is None or np.shape(g) != (d, d):
+            continue
+        pe = _pe64(64 + offset, d, base).numpy()
+        err = np.abs(pe[:64] @ np.asarray(g, float).T - pe[offset:offset + 64]).max(-1)
+        if (err < 1e-4).any() and not (err < 1e-4).all():
+            return True
+    return False
+
+
+SHIFT_DIAGNOSES = [
+    mistake("M turns each pair the wrong way, giving pe[pos - offset]: with the pair ordered "
+            "(sin, cos) the block is [[cos, sin], [-sin, cos]], the transpose of the textbook "
+            "rotation [[cos, -sin], [sin, cos]].", _shift_like(transpose=True)),
+    mistake("every pair turns by the same angle `offset`: the angle of pair i is offset * w_i, "
+            "with its own frequency w_i = base^(-2i/d_model).", _shift_like(no_freq=True)),
+    mistake("the blocks pair dimension i with i + d_model/2 (a concatenated [sin | cos] layout); "
+            "here the pairs are the neighbours 2i, 2i+1.", _shift_like(halves=True)),
+    mistake("the angles use w_i = base^(-i/d_model); the frequency of pair i is "
+            "base^(-2i/d_model).", _shift_like(rule="i")),
+    mistake("M is not a rotation: each block must be [[cos t, sin t], [-sin t, cos t]], the same "
+            "angle t in all four entries and a minus sign on the lower-left sin.",
+            _shift_like(lost_sign=True)),
+    mistake("M is the identity: it must move pe[pos] to pe[pos + offset], turning each pair by "
+            "offset * w_i.",
+            lambda offset, d_model, base=10000.0: torch.eye(d_model) if offset else None),
+    mistake("the base argument is ignored (M was built with 10000 whatever base was passed).",
+            lambda offset, d_model, base=10000.0: None if base == 10000.0 else _shift64(offset, d_model)),
+    when("pe[pos + offset] = M @ pe[pos] holds only at a few positions, not at every pos: M was "
+         "fitted to a few positions (a least-squares fit on fewer positions than dimensions "
+         "does not determine M). Build it from the 2x2 rotation blocks, one per frequency, "
+         "angle offset * w_i.", _fitted),
+]
+
+
+# -- PositionalEncoding ---------------------------------------------------------------------
+
+def _added(fn):
+    """A forward formula fn(x (float64), table (L, d) float64) -> output."""
+    return lambda m, x: fn(x.double(), _pe64(x.shape[1], x.shape[-1]))
+
+
+_BROADCAST = re.compile(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
+
+
+def _broadcast_sizes(e):
+    """({the two sizes}, x's (B, L), max_len) of a broadcasting error, or None."""
+    found = _BROADCAST.search(e.error)
+    if not found:
+        return None
+    ci = next(i for i, c in enumerate(e.pd["calls"]) if e.out(i) is None and not c["method"])
+    x = e.args(ci)[0][0]
+    max_len = e.pd["make"]["kwargs"].get("max_len", 5000)
+    return {int(found.group(1)), int(found.group(2))}, tuple(x.shape[:2]), max_len
+
+
+def _sliced_by_batch(e):
+    sizes, (B, L), _ = _broadcast_sizes(e)
+    return B != L and sizes == {B, L}
+
+
+def _all_rows(e):
+    sizes, (B, L), max_len = _broadcast_sizes(e)
+    return max_len != L and sizes == {L, max_len}
+
+
+def _zeros(e):
+    outs = [g for g, _ in e.outs()]
+    return float(np.mean([(g == 0).mean() for g in outs])) if outs else None
+
+
+def _table_only(e):
+    """Train mode: what was added to x is 0 or pe / (1 - p) everywhere, and 0 often."""
+    for ci in range(len(e.pd["calls"])):
+        g = e.out(ci)
+        if g is None:
+            continue
+        x = e.args(ci)[0][0].double().numpy()
+        pe = _pe64(x.shape[1], x.shape[2]).numpy()
+        r = np.asarray(g, float) - x
+        tol = 1e-4 + 1e-4 * np.abs(x + pe)
+        if not ((np.abs(r) <= tol) | (np.abs(r - pe / 0.5) <= tol)).all():
+            return False
+        big = np.abs(pe) > 0.1
+        if (np.abs(r) <= tol)[np.broadcast_to(big, r.shape)].mean() < 0.2:
+            return False
+    return True
+
+
+def _not_buffer(e):
+    return "is not a buffer" in e.error or "has no attribute `pe`" in e.error
+
+
+PEM_DIAGNOSES = [
+    when("PositionalEncoding.pe is an nn.Parameter: it appears in model.parameters(), so an "
+         "optimizer would train it and the table would stop being sinusoidal. Register it with "
+         "self.register_buffer('pe', table): saved in state_dict, moved by .to(device), never "
+         "trained.",
+         lambda e: _not_buffer(e) and e.got("0.raised") is not None and not bool(e.got("0.raised"))),
+    when("PositionalEncoding.pe is a plain tensor attribute, not a registered buffer: it is "
+         "missing from state_dict() and stays behind when the model moves with .to(device) (a "
+         "device-mismatch error on the GPU). Use self.register_buffer('pe', table).",
+         lambda e: "is not a buffer" in e.error),
+    when("PositionalEncoding has no tensor attribute `pe`: build the table once in __init__ and "
+         "register it with self.register_buffer('pe', table).", _not_buffer),
+    when("the table was sliced with the batch size: x is (B, L, D), so x.size(0) is the batch "
+         "size and x.size(1) the sequence length. Slice the table on the sequence axis, "
+         "pe[:x.size(1)] (the study notes' pe[:x.size(0)] is written for unbatched (L, D) "
+         "input).", _sliced_by_batch),
+    when("all max_len rows of the table were added to L positions: a (1, max_len, d_model) "
+         "table sliced pe[:n] slices its leading axis of size 1 (whether n is x.size(0), the "
+         "batch size, or x.size(1)) and keeps every row. Slice the sequence axis: "
+         "pe[:, :x.size(1)].", _all_rows),
+    when("forward modified its input in place (x += ... or x.add_(...)): the caller's tensor "
+         "changes. Return a new tensor, x + pe[:L].",
+         lambda e: "leaf Variable that requires grad" in e.error or "in-place" in e.error),
+    mistake("x was multiplied by sqrt(d_model) inside the module. The forward adds the table and "
+            "nothing else; the sqrt(d_model) scaling belongs to the embedding, before the "
+            "positional encoding (notebook 07 does it there).",
+            _added(lambda x, pe: x * math.sqrt(x.shape[-1]) + pe)),
+    mistake("the output is the table alone: add it to x, x + pe[:L].",
+            _added(lambda x, pe: pe.expand_as(x))),
+    mistake("every position got the code of position 0: the table was sliced with the batch "
+            "size, x.size(0), not the sequence length x.size(1) (the study notes' size(0) trap, "
+            "written for unbatched (L, D) input).", _added(lambda x, pe: x + pe[:1])),
+    mistake("sequence b of the batch got the code of position b at every position: the "
+            "sequence-first table (max_len, 1, d_model) of PyTorch's tutorial was sliced with "
+            "x.size(0), which is the batch size for batch-first input (B, L, D). Slice "
+            "pe[:x.size(1)] and move its axes to (1, L, d_model), e.g. .transpose(0, 1).",
+            lambda m, x: x.double() + _pe64(x.shape[0], x.shape[-1]).unsqueeze(1)),
+    mistake("x is returned unchanged: add the table.", _added(lambda x, pe: x)),
+    mistake("the table was subtracted: add it.", _added(lambda x, pe: x - pe)),
+    when("in eval mode many outputs are 0: dropout is still active. Use an nn.Dropout submodule "
+         "(it follows model.eval()), or F.dropout(..., training=self.training).",
+         lambda e: e.pd.get("mode") == "eval" and (_zeros(e) or 0) > 0.1),
+    when("dropout was applied to the table only, x + dropout(pe[:L]); apply it to the sum, "
+         "dropout(x + pe[:L]), as the original Transformer does.", _table_only,
+         probes=("dropout train",)),
+    when("in train mode (almost) no output is 0: the dropout argument is not used. Keep "
+         "self.dropout = nn.Dropout(dropout) and return self.dropout(x + pe[:L]).",
+         lambda e: e.pd.get("mode") == "train" and _zeros(e) is not None and _zeros(e) < 0.2,
+         probes=("dropout train",)),
+]
+
+
 SPE = "sinusoidal_positional_encoding"
 PEM = "PositionalEncoding"
 
 EXERCISES = [
-    Exercise(SPE, ref="positional.sinusoidal_positional_encoding", probes=[
+    Exercise(SPE, ref="positional.sinusoidal_positional_encoding", diagnose=SPE_DIAGNOSES,
+             probes=[
         Probe("shape", ("test_sinusoidal_positional_encoding_shape",),
               [call(7, 6), call(1, 2), call(3, 2), call(1, 8)],
               compare=_close_by_position,
@@ -149,7 +430,8 @@ EXERCISES = [
               compare=_values_by_position,
               what="tables up to 1000 positions, d_model from 2 to 96, bases 2 to 1e5"),
     ]),
-    Exercise("pe_shift_matrix", ref="positional.pe_shift_matrix", probes=[
+    Exercise("pe_shift_matrix", ref="positional.pe_shift_matrix", diagnose=SHIFT_DIAGNOSES,
+             probes=[
         Probe("shape", ("test_pe_shift_matrix_shape",),
               [call(3, 8), call(0, 8)], compare=_f32,
               what="M for offset 3 and for offset 0 (the identity), d_model=8: (8, 8) float32"),
@@ -168,16 +450,17 @@ EXERCISES = [
               atol=5e-5,  # float32 angles of ~250 rad: ~1e-5 off in a correct M
               what="large offsets (250 in d_model=64, 120 with base 100)"),
     ]),
-    Exercise(PEM, ref="positional.PositionalEncoding", probes=[
+    Exercise(PEM, ref="positional.PositionalEncoding", diagnose=PEM_DIAGNOSES, probes=[
         Probe("adds table", ("test_PositionalEncoding_adds_table",),
               [call(_x(2, 7, 16)), _forward_checked(3, 5, 16)],
               make=ctor(16, max_len=50), mode="eval", compare=_close_by_position,
               what="PositionalEncoding(16, max_len=50) on (2, 7, 16) and (3, 5, 16), and the "
                    "gradient reaching x"),
         Probe("buffer", ("test_PositionalEncoding_buffer",),
-              [call("pe", method="get_buffer"), call(_x(3, 5, 8)), call("pe", method="get_buffer")],
+              [call("pe", method="get_parameter", raises=True), call("pe", method="get_buffer"),
+               call(_x(3, 5, 8)), call("pe", method="get_buffer")],
               make=ctor(8, max_len=30), mode="train", params=True,
-              compare=_buffer(0, 2, dtype=False, skip=(1,)),
+              compare=_buffer(1, 3, dtype=False, skip=(2,)),
               what="PositionalEncoding(8, max_len=30): `pe` a registered buffer holding the "
                    "table, no parameters, unchanged by a forward in train mode"),
         Probe("batch sizes", ("test_PositionalEncoding_batch_invariance",),
