@@ -47,9 +47,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfscratch import plots
+from tfscratch import checks, plots
 from tfscratch import reference as R
-from tfscratch.checks import decoder_only as chk
 from tfscratch.fallback import pick
 from tfscratch.reference import (FeedForward, PositionalEncoding, combine_heads, make_causal_mask,
                                  scaled_dot_product_attention, sinusoidal_positional_encoding,
@@ -61,6 +60,8 @@ torch.manual_seed(0)
 torch.set_num_threads(1)  # models this small run fastest on one thread: more threads only wait
 GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))  # autograding: skip the long training runs
 %matplotlib inline
+
+chk = checks.notebook("08_decoder_only")  # the graded checks of this notebook
 
 # %% [markdown]
 # ## 1. Decoder-only versus encoder-decoder
@@ -75,8 +76,8 @@ GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))  # autograding: skip the lo
 #
 # Without an encoder there is nothing to cross-attend to, so each layer keeps two sub-layers:
 # masked self-attention and the feed-forward network. That is exactly an *encoder* layer from
-# notebook 06 run with a causal mask: the checks below compare your model with PyTorch's
-# `nn.TransformerEncoderLayer` given a causal mask. The name "decoder" comes from the masking:
+# notebook 06 run with a causal mask (PyTorch's `nn.TransformerEncoderLayer` given a causal
+# mask computes the same blocks). The name "decoder" comes from the masking:
 # it can only look back, like the decoder of 07, so it can generate.
 #
 # Seed 001 trains such a model to answer two questions with the same word. The question, a
@@ -142,16 +143,15 @@ def next_token_loss(logits, tokens, ignore_id=None):
     ### END SOLUTION
 
 # %% [test] test_next_token_loss_seed_tables 1
-chk.check_next_token_loss_seed(next_token_loss)
+chk.test_next_token_loss_seed_tables(next_token_loss)
 
 # %% [test] test_next_token_loss_ignore_id 1
-chk.check_next_token_loss_ignore(next_token_loss)
+chk.test_next_token_loss_ignore_id(next_token_loss)
 
 # %% [test] test_next_token_loss_random 2
-chk.check_next_token_loss_random(next_token_loss, seed=0, cases=[(2, 7, 11, None)])
+chk.test_next_token_loss_random(next_token_loss)
 ### BEGIN HIDDEN TESTS
-chk.check_next_token_loss_random(next_token_loss, seed=4301,
-                                 cases=[(3, 2, 5, None), (1, 13, 29, 0), (5, 9, 7, 6), (4, 17, 3, None)])
+chk.test_next_token_loss_random(next_token_loss, seed=4301)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -247,22 +247,18 @@ class CausalSelfAttention(nn.Module):
         ### END SOLUTION
 
 # %% [test] test_CausalSelfAttention_shapes 1
-chk.check_attention_shapes(CausalSelfAttention)
+chk.test_CausalSelfAttention_shapes(CausalSelfAttention)
 
 # %% [test] test_CausalSelfAttention_matches_torch 2
-chk.check_attention_matches_torch(CausalSelfAttention, seed=0, cases=[(2, 6, 16, 4, 0.0)])
+chk.test_CausalSelfAttention_matches_torch(CausalSelfAttention)
 ### BEGIN HIDDEN TESTS
-chk.check_attention_matches_torch(CausalSelfAttention, seed=811,
-                                  cases=[(3, 9, 24, 3, 0.0), (1, 1, 8, 2, 0.0),
-                                         (2, 13, 32, 8, 0.3), (4, 5, 10, 1, 0.0)])
+chk.test_CausalSelfAttention_matches_torch(CausalSelfAttention, seed=8117)
 ### END HIDDEN TESTS
 
 # %% [test] test_CausalSelfAttention_cache 2
-chk.check_attention_cache(CausalSelfAttention, seed=0, cases=[(2, 8, 16, 4, (4, 1, 2))])
+chk.test_CausalSelfAttention_cache(CausalSelfAttention)
 ### BEGIN HIDDEN TESTS
-chk.check_attention_cache(CausalSelfAttention, seed=977,
-                          cases=[(3, 11, 24, 6, (1, 1, 1, 5)), (1, 9, 8, 2, (6, 2)),
-                                 (2, 12, 12, 3, (3, 4, 1))])
+chk.test_CausalSelfAttention_cache(CausalSelfAttention, seed=9773)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -376,25 +372,21 @@ class DecoderOnlyLM(nn.Module):
         ### END SOLUTION
 
 # %% [test] test_DecoderOnlyLM_shapes 1
-chk.check_lm_shapes(DecoderOnlyLM)
+chk.test_DecoderOnlyLM_shapes(DecoderOnlyLM)
 
 # %% [test] test_DecoderOnlyLM_causal 2
-chk.check_lm_causal(DecoderOnlyLM)
+chk.test_DecoderOnlyLM_causal(DecoderOnlyLM)
 
 # %% [test] test_DecoderOnlyLM_matches_torch 2
-chk.check_lm_matches_torch(DecoderOnlyLM, seed=0, cases=[(13, 16, 4, 2, 32, 2, 7, 0.0)])
+chk.test_DecoderOnlyLM_matches_torch(DecoderOnlyLM)
 ### BEGIN HIDDEN TESTS
-chk.check_lm_matches_torch(DecoderOnlyLM, seed=5150,
-                           cases=[(7, 24, 3, 3, 40, 3, 11, 0.0), (31, 8, 2, 1, 16, 1, 1, 0.0),
-                                  (19, 32, 8, 2, 64, 2, 20, 0.25)])
+chk.test_DecoderOnlyLM_matches_torch(DecoderOnlyLM, seed=5150)
 ### END HIDDEN TESTS
 
 # %% [test] test_DecoderOnlyLM_kv_cache 3
-chk.check_lm_kv_cache(DecoderOnlyLM, seed=0, cases=[(13, 16, 4, 2, 32, 2, 10, (4, 1, 1, 3))])
+chk.test_DecoderOnlyLM_kv_cache(DecoderOnlyLM)
 ### BEGIN HIDDEN TESTS
-chk.check_lm_kv_cache(DecoderOnlyLM, seed=6021,
-                      cases=[(9, 24, 6, 3, 48, 3, 14, (1, 1, 5, 1, 2)), (21, 8, 2, 1, 12, 1, 9, (7, 1)),
-                             (5, 12, 3, 2, 20, 2, 12, (2, 3, 1))])
+chk.test_DecoderOnlyLM_kv_cache(DecoderOnlyLM, seed=6021)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -598,19 +590,19 @@ def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, eos_id=
     ### END SOLUTION
 
 # %% [test] test_generate_greedy_cache 3
-chk.check_generate_greedy(generate, seed=0, cases=[(2, 4, 12)])
+chk.test_generate_greedy_cache(generate)
 ### BEGIN HIDDEN TESTS
-chk.check_generate_greedy(generate, seed=3907, cases=[(3, 5, 17), (1, 1, 30), (4, 9, 6)])
+chk.test_generate_greedy_cache(generate, seed=3907)
 ### END HIDDEN TESTS
 
 # %% [test] test_generate_greedy_equivalents 1
-chk.check_generate_greedy_equivalents(generate)
+chk.test_generate_greedy_equivalents(generate)
 
 # %% [test] test_generate_sampling 2
-chk.check_generate_sampling(generate)
+chk.test_generate_sampling(generate)
 
 # %% [test] test_generate_eos 2
-chk.check_generate_eos(generate)
+chk.test_generate_eos(generate)
 
 # %% [markdown]
 # Seed 001's prompts, answered by `generate` with the cache, stopping at `<EOS>`. The rows are

@@ -13,12 +13,24 @@ only, so every call passes `use_cache=False`). Greedy decoding is compared token
 sampling (where valid implementations draw differently) by the frequencies of one sampled
 token over a large batch; the end-of-sequence rules by checking the structure of sampled rows
 (each row stops at its first generated eos_id, is filled with eos_id after it, the loop stops
-when every row has finished, an eos_id inside the prompt does not count)."""
+when every row has finished, an eos_id inside the prompt does not count).
+
+Diagnoses name a mistake when a probe fails: a wrong formula replayed on the same inputs
+(`like`; `replay` for calls that continue from the cache an earlier call returned: the
+student's own cache is fed back, so a wrong step is replayed as the student's code ran it),
+greedy decoding done wrong in one known way (`_generate`), sampled frequencies that follow a
+wrong distribution, or the parameter names a shared module leaves out."""
+import json
+import math
+from functools import partial
+
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from . import engine, vm
-from .engine import Exercise, Probe, call, ctor, fixture, given, prev, randint, randn
+from .engine import (Diagnosis, Exercise, Probe, call, ctor, fixture, given, like, prev, randint,
+                     randn, when)
 from .transformer import _Seeded
 
 ASSIGNMENT = "08_decoder_only"
@@ -164,11 +176,175 @@ def _eos_rules(T0, max_new, eos, prompt_eos_rows=None):
     return compare
 
 
+
+# -- diagnoses: shared helpers ----------------------------------------------------------------
+
+def _rebuilt(e, key):
+    """The student's output at `key` as the code returned it (tuples of tensors), from the
+    captures: what a later call received as `prev` (a KV cache)."""
+    kind = e.meta(key) or ""
+    if kind.startswith(("tuple[", "list[")):
+        return tuple(_rebuilt(e, f"{key}.{i}") for i in range(int(kind[kind.index("[") + 1:-1])))
+    g = e.got(key)
+    return None if g is None else torch.from_numpy(np.array(g))
+
+
+def _chained(e, ci):
+    """Call ci's (args, kwargs), an earlier call's output (`prev`) taken from what the student's
+    code returned: a wrong formula is replayed on the student's own cache."""
+    ctx = vm._Ctx(e.tensors, engine._namespace(e.ex))
+    ctx.outs = {j: _rebuilt(e, f"{j}.out") for j in range(ci)}
+    c = e.pd["calls"][ci]
+    return ctx.value(c["args"]), ctx.value(c["kwargs"])
+
+
+def _continues(c) -> bool:
+    """Whether a call continues from an earlier call's output (a cache)."""
+    return "$prev" in json.dumps(c)
+
+
+def _main(e, ci, want=False):
+    """The output of call ci, or its output[0] (the logits or attention output of a pair)."""
+    get = e.want_out if want else e.out
+    g = get(ci)
+    g = get(ci, "0") if g is None else g
+    return None if g is None else np.asarray(g, dtype=np.float64)
+
+
+def _close(a, b, atol=1e-4, rtol=1e-3):
+    return a.shape == b.shape and np.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True)
+
+
+def _replays(fn, cached_only=False):
+    """pred: on every call (with a cache, if cached_only) where fn(ref, *args, **kwargs) gives a
+    tensor, the student's output equals it, and on one of them the reference's does not."""
+    def pred(e):
+        ref, same, differs = e.ref(), 0, False
+        for ci, c in enumerate(e.pd["calls"]):
+            g, w = _main(e, ci), _main(e, ci, want=True)
+            if (cached_only and not _continues(c)) or g is None or w is None:
+                continue
+            try:
+                args, kwargs = _chained(e, ci)
+                with torch.no_grad():
+                    r = fn(ref, *args, **kwargs)
+            except Exception:  # noqa: BLE001 - the wrong formula does not apply to this call
+                continue
+            if r is None:
+                continue
+            r = r.double().numpy()
+            if not _close(g, r):
+                return False
+            same, differs = same + 1, differs or not _close(w, r)
+        return same > 0 and differs
+    return pred
+
+
+def replay(message, fn, probes=(), cached_only=False) -> Diagnosis:
+    """`like` for modules whose later calls continue from an earlier call's cache."""
+    return when(message, _replays(fn, cached_only), probes)
+
+
+def said(find, probes=()) -> Diagnosis:
+    """A diagnosis whose message depends on the evidence: find(e) returns it, or None."""
+    d = when("", lambda e: False, probes)
+
+    def test(e):
+        d.message = find(e) or ""
+        return bool(d.message)
+    d.test = test
+    return d
+
+
 # -- next_token_loss --------------------------------------------------------------------------
 
 N = "test_next_token_loss"
 
-NEXT_TOKEN_LOSS = Exercise("next_token_loss", ref="decoder_only.next_token_loss", probes=[
+
+def _ce(logits, targets, ignore_id=None):
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1),
+                           ignore_index=-100 if ignore_id is None else ignore_id)
+
+
+def _per_target(logits, tokens):
+    """(B, T-1) losses of the shifted pairs, nothing ignored."""
+    B, T, V = logits.shape
+    return F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1),
+                           reduction="none").view(B, T - 1)
+
+
+def _padded_mean(logits, tokens, keep, rows_first=False, all_positions=False):
+    per, keep = _per_target(logits, tokens), keep.double()
+    if rows_first:
+        return ((per * keep).sum(1) / keep.sum(1)).mean()
+    return (per * keep).sum() / (keep.numel() if all_positions else keep.sum())
+
+
+def _n_kept(tokens, ignore_id):
+    return tokens[:, 1:].numel() if ignore_id is None else (tokens[:, 1:] != ignore_id).sum()
+
+
+LOSS_DIAGNOSES = [
+    when("next_token_loss returned a Python number (loss.item()?): return the loss as a 0-d "
+         "tensor computed from the logits (no .item(), float() or numpy), so that "
+         "loss.backward() works.", lambda e: (e.meta("0.out") or "") in ("float", "int")),
+    when("next_token_loss returned more than one number: return the mean over every predicted "
+         "position, a 0-d tensor. Flatten the logits to (B*(T-1), V) and the targets to "
+         "(B*(T-1),) before F.cross_entropy, whose default reduction is the mean.",
+         lambda e: any(g.ndim > 0 and g.size > 1 for g, _ in e.outs())),
+    when("F.cross_entropy wants the classes on dim 1: flatten the logits to (B*(T-1), V) and the "
+         "targets to (B*(T-1),) first.",
+         lambda e: "Expected target size" in e.error or "Expected input batch_size" in e.error),
+    like("no shift: position t is compared with the token AT position t, so the model only has "
+         "to copy its input (which the causal mask lets it see). Position t must predict the "
+         "NEXT token: logits[:, :-1] against tokens[:, 1:].",
+         lambda lg, tk, ignore_id=None: _ce(lg, tk, ignore_id)),
+    like("no shift (both sides cut the same way): logits[:, :-1] is compared with "
+         "tokens[:, :-1], the same positions, so the model learns to copy. The labels are "
+         "tokens[:, 1:].", lambda lg, tk, ignore_id=None: _ce(lg[:, :-1], tk[:, :-1], ignore_id)),
+    like("no shift (both sides cut the same way): logits[:, 1:] is compared with tokens[:, 1:], "
+         "the same positions, so the model learns to copy. Use logits[:, :-1] against "
+         "tokens[:, 1:].", lambda lg, tk, ignore_id=None: _ce(lg[:, 1:], tk[:, 1:], ignore_id)),
+    like("the shift goes the wrong way: logits[:, 1:] against tokens[:, :-1] asks each position "
+         "for the PREVIOUS token. Use logits[:, :-1] against tokens[:, 1:].",
+         lambda lg, tk, ignore_id=None: _ce(lg[:, 1:], tk[:, :-1], ignore_id)),
+    like("you applied softmax before F.cross_entropy, which applies log_softmax itself: pass "
+         "the raw logits.",
+         lambda lg, tk, ignore_id=None: _ce(lg[:, :-1].softmax(-1), tk[:, 1:], ignore_id)),
+    like("F.nll_loss expects log-probabilities, and you gave it raw logits: use "
+         "F.cross_entropy (or log_softmax first).",
+         lambda lg, tk, ignore_id=None: F.nll_loss(
+             lg[:, :-1].reshape(-1, lg.size(-1)), tk[:, 1:].reshape(-1),
+             ignore_index=-100 if ignore_id is None else ignore_id)),
+    like("you summed the per-token losses; the loss is their MEAN (reduction='mean').",
+         lambda lg, tk, ignore_id=None: _ce(lg[:, :-1], tk[:, 1:], ignore_id) * _n_kept(tk, ignore_id)),
+    like("F.cross_entropy read the TIME axis as the classes: it wants the classes on dim 1, so "
+         "flatten the logits to (B*(T-1), V) and the targets to (B*(T-1),) first.",
+         lambda lg, tk, ignore_id=None: F.cross_entropy(
+             lg[:, :-1], tk[:, 1:], ignore_index=-100 if ignore_id is None else ignore_id)
+         if lg.size(1) - 1 == lg.size(2) else None),
+    like("targets equal to ignore_id were counted: pass ignore_index=ignore_id to "
+         "F.cross_entropy (or drop those positions before averaging).",
+         lambda lg, tk, ignore_id=None: None if ignore_id is None else _ce(lg[:, :-1], tk[:, 1:])),
+    like("you masked by the INPUT token (tokens[:, :-1]); what must be ignored is a padding "
+         "TARGET, tokens[:, 1:] == ignore_id.",
+         lambda lg, tk, ignore_id=None: None if ignore_id is None else
+         _padded_mean(lg, tk, tk[:, :-1] != ignore_id)),
+    like("you averaged each row first and then the rows; the loss is the mean over all kept "
+         "targets (a long row weighs more than a short one).",
+         lambda lg, tk, ignore_id=None: None if ignore_id is None else
+         _padded_mean(lg, tk, tk[:, 1:] != ignore_id, rows_first=True)),
+    like("you zeroed the ignored targets but divided by ALL positions; divide by the number of "
+         "kept targets.", lambda lg, tk, ignore_id=None: None if ignore_id is None else
+         _padded_mean(lg, tk, tk[:, 1:] != ignore_id, all_positions=True)),
+    when("the gradient with respect to the logits is wrong although the value is right: the "
+         "last position predicts nothing (no token follows it), so its gradient is 0; keep the "
+         "loss a tensor computed from the logits.",
+         lambda e: "the gradient" in e.problem and "differs" in e.problem),
+]
+
+NEXT_TOKEN_LOSS = Exercise("next_token_loss", ref="decoder_only.next_token_loss",
+                           diagnose=LOSS_DIAGNOSES, probes=[
     Probe("seed tables", (f"{N}_seed_tables",),
           [call(randn(2, 6, 5, scale=2.0), _fixed(SEED_TOKENS, "seed 001's two sentences"),
                 grad=(0,), backward=_scalar()),
@@ -209,7 +385,100 @@ def _chunks(B, d, sizes):
     return calls
 
 
-CAUSAL_SELF_ATTENTION = Exercise("CausalSelfAttention", ref="decoder_only.CausalSelfAttention", probes=[
+def _attend(ref, x, past_kv=None, mask="causal", scale="dh", split="ok", after=False,
+            new_first=False, offset=True, cache_mask=True, use_past=True):
+    """The reference attention's weights on x, with one known mistake (the arguments)."""
+    B, T, D = x.shape
+    H = ref.n_heads
+
+    def heads(t):
+        return t.reshape(B, H, T, D // H) if split == "view" else t.view(B, T, H, D // H).transpose(1, 2)
+    q, k, v = (heads(lin(x)) for lin in (ref.w_q, ref.w_k, ref.w_v))
+    if past_kv is not None and use_past:
+        pk, pv = past_kv
+        k, v = (torch.cat([k, pk], 2), torch.cat([v, pv], 2)) if new_first else \
+            (torch.cat([pk, k], 2), torch.cat([pv, v], 2))
+    P = k.size(2) - T
+    i, j = torch.arange(T)[:, None] + (P if offset else 0), torch.arange(P + T)[None, :]
+    allowed = {"causal": j <= i, "none": j >= 0, "triu": j >= i, "strict": j < i}[mask]
+    if P and not cache_mask:
+        allowed = j >= 0
+    s = q @ k.transpose(-2, -1) / {"dh": math.sqrt(D // H), "d": math.sqrt(D), "none": 1.0}[scale]
+    w = s.softmax(-1) * allowed if after else s.masked_fill(~allowed, float("-inf")).softmax(-1)
+    o = w @ v
+    return ref.w_o(o.reshape(B, T, D) if split == "view" else o.transpose(1, 2).reshape(B, T, D))
+
+
+def _k_shape(e, ci):
+    k = e.out(ci, "1.0")
+    return None if k is None else np.shape(k)
+
+
+def _only_new_cached(e):
+    """A cached call whose returned keys hold only its new tokens."""
+    return any(_continues(c) and _k_shape(e, ci) is not None and len(_k_shape(e, ci)) == 4
+               and e.want_out(ci, "1.0") is not None
+               and _k_shape(e, ci)[2] < np.shape(e.want_out(ci, "1.0"))[2]
+               for ci, c in enumerate(e.pd["calls"]))
+
+
+def _row0_nan(e):
+    outs = [_main(e, ci) for ci, c in enumerate(e.pd["calls"]) if not _continues(c)]
+    return any(g is not None and not np.isfinite(g).all() and np.isfinite(g[:, 1:]).all()
+               for g in outs)
+
+
+def _ignored_offset(e):
+    """The mask is a plain tril over (T, P + T): name P, the first cached call's past length."""
+    if not _replays(partial(_attend, offset=False), cached_only=True)(e):
+        return None
+    ci = next(ci for ci, c in enumerate(e.pd["calls"]) if _continues(c))
+    P = _chained(e, ci)[0][1][0].size(2)
+    return (f"the causal mask ignores the {P} cached tokens: new query i sits at position "
+            f"{P} + i, so it may see keys 0 .. {P} + i. Build the (T, {P} + T) mask with "
+            f"torch.tril(..., diagonal={P}) (the number of cached tokens); a plain tril lets a "
+            "new token see only the first keys.")
+
+
+ATTENTION_DIAGNOSES = [
+    when("the cached keys/values have shape (B, T, d_model): cache them AFTER splitting into "
+         "heads, (B, H, T, D_h), so that the next step can concatenate along the time axis "
+         "(dim=2).", lambda e: _k_shape(e, 0) is not None and len(_k_shape(e, 0)) == 3),
+    when("after a cached step the returned cache holds only the new keys/values: return the "
+         "whole cache, torch.cat([past_k, k], dim=2), of shape (B, H, T_past + T, D_h).",
+         _only_new_cached),
+    when("position 0 came out NaN: its row of the mask has no allowed key. A token must be "
+         "allowed to attend to ITSELF: the causal mask keeps the diagonal (tril with "
+         "diagonal=0, True on and below it).", _row0_nan),
+    replay("no causal mask: every position attends to later tokens. Allow key j for query i "
+           "only when j <= i (tril, True on and below the diagonal).", partial(_attend, mask="none")),
+    replay("the mask is the wrong way round: it lets each position see the FUTURE (triu). "
+           "Allowed keys are j <= i: torch.tril.", partial(_attend, mask="triu")),
+    replay("the mask excludes the diagonal: a token must be allowed to attend to ITSELF (tril "
+           "with diagonal=0).", partial(_attend, mask="strict")),
+    replay("you scaled by sqrt(d_model); each head's scores are scaled by sqrt(D_h), D_h = "
+           "d_model // n_heads.", partial(_attend, scale="d")),
+    replay("the scores are not scaled by 1/sqrt(D_h).", partial(_attend, scale="none")),
+    replay("heads were split with view(B, H, T, D_h) without a transpose, which mixes positions "
+           "and features. Use view(B, T, H, D_h).transpose(1, 2), and the reverse to merge.",
+           partial(_attend, split="view")),
+    replay("the mask was applied AFTER softmax (weights * mask): the rows no longer sum to 1. "
+           "Mask the scores with a large negative number before softmax.",
+           partial(_attend, after=True)),
+    replay("past_kv is ignored: the new tokens attend only to themselves. Concatenate the "
+           "cached keys/values in front of the new ones.", partial(_attend, use_past=False),
+           cached_only=True),
+    said(_ignored_offset),
+    replay("the cache is concatenated in the wrong order: old keys come FIRST, "
+           "torch.cat([past_k, k], dim=2).", partial(_attend, new_first=True), cached_only=True),
+    replay("with a cache you dropped the causal mask: several new tokens at once must still not "
+           "see each other's future (mask (T, past + T), tril with diagonal=past).",
+           partial(_attend, cache_mask=False), cached_only=True),
+]
+
+CAUSAL_SELF_ATTENTION = Exercise("CausalSelfAttention", ref="decoder_only.CausalSelfAttention",
+                                 shortcuts=("attention", "multihead"),
+                                 diagnose=ATTENTION_DIAGNOSES, probes=[
     _attn("shapes", 12, 3, _chunks(2, 12, (5, 2)), (f"{A}_shapes",),
           "shapes: 5 tokens, then 2 more with the cache (3 heads of size 4)", params=True),
     _attn("torch 1", 16, 4, [call(randn(2, 6, 16))], (f"{A}_matches_torch",),
@@ -247,7 +516,115 @@ def _cached(B, V, sizes):
     return calls
 
 
-DECODER_ONLY_LM = Exercise("DecoderOnlyLM", ref="decoder_only.DecoderOnlyLM", probes=[
+def _model_wrong(ref, tokens, past_kv=None, use_cache=False, at=None, scale=True, pe=True,
+        scale_after_pe=False, prenorm=True, final_norm=True, residual=True, probs=False,
+        first_past=False, first_row=False):
+    """The reference model's logits with one known mistake; `at`: the first new position."""
+    B, T = tokens.shape
+    D = ref.d_model
+    P = 0 if past_kv is None else past_kv[0][0].size(2)
+    table = ref.pos_encoding.pe[(P if at is None else at):][:1 if first_row else T]
+    x = ref.tok_embed(tokens)
+    x = (x + table) * math.sqrt(D) if scale_after_pe else \
+        x * (math.sqrt(D) if scale else 1.0) + (table if pe else 0.0)
+    r = 1.0 if residual else 0.0
+    for i, layer in enumerate(ref.layers):
+        past = None if past_kv is None else past_kv[0 if first_past else i]
+        if prenorm:
+            x = r * x + layer.self_attn(layer.norm1(x), past)[0]
+            x = r * x + layer.ff(layer.norm2(x))
+        else:
+            x = layer.norm1(x + layer.self_attn(x, past)[0])
+            x = layer.norm2(x + layer.ff(x))
+    logits = ref.lm_head(ref.norm(x) if final_norm else x)
+    return logits.softmax(-1) if probs else logits
+
+
+def _wrong_start(e):
+    """The first position a cached step gave its new tokens, when one start per call explains
+    the student's logits and it is not the number of cached tokens; else None."""
+    ref = e.ref()
+    for ci, c in enumerate(e.pd["calls"]):
+        g = _main(e, ci)
+        if not _continues(c) or g is None:
+            continue
+        args, kw = _chained(e, ci)
+        P, T = kw["past_kv"][0][0].size(2), args[0].size(1)
+        starts = [P] + [o for o in range(ref.pos_encoding.pe.size(0) - T + 1) if o != P]
+        with torch.no_grad():
+            at = next((o for o in starts
+                       if _close(g, _model_wrong(ref, *args, at=o, **kw).double().numpy())), None)
+        if at != P:
+            return at
+    return None
+
+
+def _names(e):
+    """(the student's parameter names, the specification's), on a probe with params=True."""
+    got = {n for n, _ in e.meta("params") or []}
+    return got, ({n for n, _ in e.ref().named_parameters()} if got else set())
+
+
+def _lost(e, gone, kept):
+    """Parameters named `gone` (a prefix) are missing while `kept` is there: one module
+    registered under two names, counted once."""
+    got, want = _names(e)
+    return any(n.startswith(gone) for n in want) and not any(n.startswith(gone) for n in got) \
+        and any(n.startswith(kept) for n in got)
+
+
+LM_DIAGNOSES = [
+    when("the blocks' self_attn has no w_q: build each block's attention from your "
+         "CausalSelfAttention (w_q, w_k, w_v, w_o), as the exercise says. PyTorch's "
+         "nn.MultiheadAttention is a shortcut here (and it cannot continue from a cache).",
+         lambda e: "no parameter named" in e.error and "self_attn.w_" in e.error),
+    when("DecoderOnlyLM.layers holds the same block object several times: [Block(...)] * "
+         "n_layers repeats ONE block (one set of weights applied n_layers times). Create a new "
+         "block in every iteration: nn.ModuleList(Block(...) for _ in range(n_layers)).",
+         lambda e: _lost(e, "layers.1.", "layers.0.")),
+    when("norm1 and norm2 are one LayerNorm module (self.norm2 = self.norm1, or one norm used "
+         "twice): each sub-layer has its own LayerNorm with its own weight and bias. Create two.",
+         lambda e: _lost(e, "layers.0.norm2.", "layers.0.norm1.")),
+    when("lm_head shares its weight with tok_embed (weight tying, lm_head.weight = "
+         "tok_embed.weight). This exercise describes a separate output layer, lm_head = "
+         "nn.Linear(d_model, vocab_size) with its own weight and a bias; tied embeddings come in "
+         "notebook 09.", lambda e: _lost(e, "lm_head.weight", "tok_embed.weight")),
+    when("the positional table was sliced along the wrong axis: tokens are (B, T), so slice "
+         "pe[offset : offset + T] with T = tokens.size(1) (size(0) is the batch).",
+         lambda e: "must match the size of tensor" in e.error),
+    replay("the logits come out as probabilities: forward must return raw logits (no softmax); "
+           "F.cross_entropy and generate apply it themselves.", partial(_model_wrong, probs=True)),
+    replay("the token embeddings are not multiplied by sqrt(d_model).", partial(_model_wrong, scale=False)),
+    replay("sqrt(d_model) multiplies the positional encoding too: scale the embeddings first, "
+           "then add the positions.", partial(_model_wrong, scale_after_pe=True)),
+    replay("no positional encoding: add pe[offset : offset + T] to the scaled embeddings (without "
+           "it the model cannot tell word order).", partial(_model_wrong, pe=False)),
+    replay("every token got the encoding of position 0 (pe[:1] or pe[0] broadcast over the "
+           "sequence, a positional table sliced along the wrong axis): add pe[offset : offset + "
+           "T], one row per position.",
+           partial(_model_wrong, at=0, first_row=True)),
+    replay("the blocks are post-norm (norm after the residual add); this model is pre-norm like "
+           "GPT-2: x = x + attn(norm1(x)); x = x + ff(norm2(x)).", partial(_model_wrong, prenorm=False)),
+    replay("the final LayerNorm (`norm`) before lm_head is missing.", partial(_model_wrong, final_norm=False)),
+    replay("the residual connections are missing: x = x + attn(norm1(x)), not "
+           "x = attn(norm1(x)).", partial(_model_wrong, residual=False)),
+    when("the position offset is missing: in a cached step the new tokens got the encodings "
+         "of positions 0, 1, ... again, but they come after the cached ones. Add "
+         "pe[offset : offset + T] with offset = the number of cached tokens "
+         "(past_kv[0][0].size(2)); self.pos_encoding(x) always starts at 0.",
+         lambda e: _wrong_start(e) == 0),
+    when("in a cached step the new tokens got positions other than the next ones: the offset "
+         "is the number of cached tokens, past_kv[0][0].size(2) for keys shaped "
+         "(B, H, T_past, D_h) (size(1) counts the heads).",
+         lambda e: (_wrong_start(e) or 0) > 0),
+    replay("every layer was given layer 0's cache: pass layer i its own past_kv[i] and collect "
+           "the (k, v) each layer returns, in order.", partial(_model_wrong, first_past=True),
+           cached_only=True),
+]
+
+DECODER_ONLY_LM = Exercise("DecoderOnlyLM", ref="decoder_only.DecoderOnlyLM",
+                           shortcuts=("attention", "multihead", "transformer"),
+                           diagnose=LM_DIAGNOSES, probes=[
     _model((f"{M}_shapes",), "shapes", 13, 16, 4, 2, 32,
            [call(randint(0, 13, 2, 7)), call(randint(0, 13, 2, 7), use_cache=True)],
            "logits (2, 7, 13), then (logits, cache) with use_cache=True; the parameters (every "
@@ -298,7 +675,139 @@ def _eos_case(V, base, B, T0, n, eos, n_with_eos, temperature=1.0):
                 temperature=temperature, eos_id=eos, use_cache=False)
 
 
-GENERATE = Exercise("generate", ref="decoder_only.generate", probes=[
+def _generate(model, prompt, n, temperature=1.0, top_k=None, eos_id=None, use_cache=True,
+              generator=None, how=""):
+    """Greedy decoding done wrong in one known way (`how`); None for a sampled call (its
+    draws cannot be replayed)."""
+    if temperature != 0 and top_k != 1:
+        return None
+    eos = None if how == "if eos_id" and not eos_id else eos_id
+    with torch.set_grad_enabled(how == "grad"):
+        seq, cache, done = prompt, None, torch.zeros(len(prompt), dtype=torch.bool)
+        for _ in range(n):
+            if how == "prompt eos" and eos is not None:
+                done = (seq == eos).any(1)
+                if done.all():
+                    break
+            if use_cache and how != "no cache":
+                step = seq if cache is None or how == "whole" else seq[:, -1:]
+                logits, new = model(step, past_kv=cache, use_cache=True)
+                cache = new if cache is None or how != "stale" else cache
+            else:
+                logits = model(seq)
+            nxt = logits[:, 0 if how == "first" else -1].argmax(-1)
+            if eos is not None:
+                nxt = nxt if how in ("no fill", "stop any") else nxt.masked_fill(done, eos)
+                done = done if how == "prompt eos" else done | (nxt == eos)
+            seq = torch.cat([seq, nxt[:, None]], 1)
+            if eos is not None and how != "prompt eos" and (done.any() if how == "stop any" else done.all()):
+                break
+    return seq[:, prompt.size(1):] if how == "new only" else seq
+
+
+def _decodes(how):
+    """pred: on every greedy call, the student's tokens are those of _generate(how=how), and on
+    one of them the reference's are not."""
+    def pred(e):
+        same, differs = 0, False
+        for ci in range(len(e.pd["calls"])):
+            g, w = e.out(ci), e.want_out(ci)
+            if g is None or w is None:
+                continue
+            args, kwargs = e.args(ci)
+            r = _generate(*args, how=how, **kwargs)
+            if r is None:
+                continue
+            r = r.numpy()
+            if r.shape != g.shape or not np.array_equal(r, g):
+                return False
+            same, differs = same + 1, differs or r.shape != w.shape or not np.array_equal(r, w)
+        return same > 0 and differs
+    return pred
+
+
+def _dist(z, temperature, top_k):
+    z = z / temperature
+    if top_k is not None:
+        z = z.masked_fill(z < z.topk(top_k).values[-1], float("-inf"))
+    return z.softmax(-1)
+
+
+def _samples_follow(probs):
+    """pred: the sampled tokens' frequencies follow probs(z, temperature, top_k) (z: the
+    stand-in's logits for the prompt) and not the expected distribution."""
+    def pred(e):
+        args, kw = e.args(0)
+        g = e.out(0)
+        with torch.no_grad():
+            z = args[0](args[1][:1])[0, -1].double()
+        last = np.asarray(g)[:, -1].astype(np.int64)
+        if last.min() < 0 or last.max() >= z.numel():
+            return False
+        f = np.bincount(last, minlength=z.numel()) / len(last)
+        T, k = kw.get("temperature", 1.0), kw.get("top_k")
+        p, q = probs(z, T, k).numpy(), _dist(z, T, k).numpy()
+        return np.abs(f - p).max() <= 0.035 and np.abs(p - q).max() > 0.035
+    return pred
+
+
+def _prompt_changed(e):
+    return any(e.got(f"{ci}.arg.1") is not None and e.want(f"{ci}.arg.1") is not None
+               and not np.array_equal(e.got(f"{ci}.arg.1"), e.want(f"{ci}.arg.1"))
+               for ci in range(len(e.pd["calls"])))
+
+
+_STOP_ALL = ("generation stopped when ONE row finished; keep going until EVERY row has produced "
+             "eos_id (finished.all()), or max_new_tokens.")
+_FILL = ("a row goes on after its eos_id: once a row has produced eos_id, fill its later "
+         "positions with eos_id (keep a `finished` mask).")
+_PROMPT_EOS = ("a row whose prompt holds eos_id was treated as finished before it generated "
+               "anything: only GENERATED tokens end a row, so track finished rows from the new "
+               "tokens only.")
+
+GENERATE_DIAGNOSES = [
+    when("temperature=0 means greedy: take the argmax of the last position's logits; dividing "
+         "the logits by 0 gives inf/NaN probabilities.",
+         lambda e: any(w in e.error for w in ("probability tensor", "inf", "nan", "divi"))),
+    when("generate changed the prompt tensor in place; build a new tensor (torch.cat).",
+         _prompt_changed),
+    when("generate returned only the new tokens: return the prompt followed by the generated "
+         "tokens, torch.cat([prompt, new], dim=1).", _decodes("new only")),
+    when("you took the scores of the FIRST position, logits[:, 0]; the next token is predicted "
+         "by the LAST one, logits[:, -1].", _decodes("first")),
+    when("generate ran the model with gradients enabled: generation never trains, so wrap it in "
+         "torch.no_grad() (or decorate generate with @torch.no_grad()); otherwise every step "
+         "keeps its whole autograd graph in memory.", _decodes("grad")),
+    when("use_cache=True was ignored: the model was run on the whole sequence without its "
+         "cache. With use_cache=True run the prompt once with use_cache=True, then only the "
+         "newest token with past_kv=cache.", _decodes("no cache")),
+    when("with use_cache=True every step after the prompt must feed ONLY the newest token, "
+         "(B, 1), with past_kv=cache: feeding the whole sequence again repeats it in the cache.",
+         _decodes("whole")),
+    when("the cache was not updated: it should grow by one per step. Keep the cache each call "
+         "returns: logits, cache = model(token, past_kv=cache, use_cache=True).",
+         _decodes("stale")),
+    when(_STOP_ALL, _decodes("stop any")),
+    when(_FILL, _decodes("no fill")),
+    when(_PROMPT_EOS, _decodes("prompt eos")),
+    when("with eos_id=0 generation behaves as if there were no end token: a test like "
+         "`if eos_id:` is False for the id 0. Test `if eos_id is not None:`.",
+         _decodes("if eos_id")),
+    when(_STOP_ALL, lambda e: "generation stopped after" in e.problem),
+    when(_FILL, lambda e: "goes on after its first generated" in e.problem),
+    when(_PROMPT_EOS, lambda e: "treated as finished from the start" in e.problem),
+    when("you multiplied the logits by the temperature; divide: softmax(logits / T), so T > 1 "
+         "flattens and T < 1 sharpens.", _samples_follow(lambda z, t, k: _dist(z, 1 / t, k))),
+    when("the temperature is ignored: sample from softmax(logits / temperature).",
+         _samples_follow(lambda z, t, k: _dist(z, 1.0, k))),
+    when("top_k is ignored: keep only the k largest logits (set the others to -inf).",
+         _samples_follow(lambda z, t, k: _dist(z, t, None))),
+    when("you always picked the most likely token: with temperature > 0 draw a sample, "
+         "torch.multinomial(probs, 1, generator=generator).",
+         _samples_follow(lambda z, t, k: F.one_hot(z.argmax(), z.numel()).double())),
+]
+
+GENERATE = Exercise("generate", ref="decoder_only.generate", diagnose=GENERATE_DIAGNOSES, probes=[
     Probe("greedy", (f"{GEN}_greedy_cache",),
           [_greedy(17, 801, 2, 4, 12), _greedy(17, 802, 3, 5, 17), _greedy(9, 803, 1, 1, 30),
            _greedy(17, 804, 4, 9, 6)],
