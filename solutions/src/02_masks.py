@@ -40,12 +40,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfscratch import plots
-from tfscratch.checks import masks as chk
+from tfscratch import checks, plots
 from tfscratch.widgets import explore
 
 torch.manual_seed(0)
 %matplotlib inline
+
+chk = checks.notebook("02_masks")  # the graded checks of this notebook
 
 # %% [markdown]
 # ## 1. Why masks
@@ -201,17 +202,15 @@ def make_padding_mask(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
     ### END SOLUTION
 
 # %% [test] test_make_padding_mask_shape 1
-chk.check_padding_mask_shape(make_padding_mask)
+chk.test_make_padding_mask_shape(make_padding_mask)
 
 # %% [test] test_make_padding_mask_values 2
-chk.check_padding_mask_values(make_padding_mask)
+chk.test_make_padding_mask_values(make_padding_mask)
 
 # %% [test] test_make_padding_mask_in_attention 2
-chk.check_padding_mask_in_attention(make_padding_mask, seed=0, cases=[(3, 6, 2, 8, 0)])
+chk.test_make_padding_mask_in_attention(make_padding_mask)
 ### BEGIN HIDDEN TESTS
-chk.check_padding_mask_in_attention(make_padding_mask, seed=8121,
-                                    cases=[(5, 11, 4, 16, 0), (2, 3, 7, 4, 5), (1, 9, 1, 8, 1),
-                                           (7, 2, 3, 6, 13)])
+chk.test_make_padding_mask_in_attention(make_padding_mask, seed=8121)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -369,20 +368,18 @@ def make_causal_mask(size: int, device=None) -> torch.Tensor:
     ### END SOLUTION
 
 # %% [test] test_make_causal_mask_values 2
-chk.check_causal_mask_values(make_causal_mask)
+chk.test_make_causal_mask_values(make_causal_mask)
 
 # %% [test] test_make_causal_mask_sizes 1
-chk.check_causal_mask_sizes(make_causal_mask, sizes=(1, 2, 7))
+chk.test_make_causal_mask_sizes(make_causal_mask)
 
 # %% [test] test_make_causal_mask_device 1
-chk.check_causal_mask_device(make_causal_mask)
+chk.test_make_causal_mask_device(make_causal_mask)
 
 # %% [test] test_make_causal_mask_in_attention 1
-chk.check_causal_mask_in_attention(make_causal_mask, seed=0, cases=[(2, 6, 8)])
+chk.test_make_causal_mask_in_attention(make_causal_mask)
 ### BEGIN HIDDEN TESTS
-chk.check_causal_mask_in_attention(make_causal_mask, seed=5150,
-                                   cases=[(1, 1, 4), (3, 13, 16), (2, 4, 2)])
-chk.check_causal_mask_sizes(make_causal_mask, sizes=(3, 16, 33))
+chk.test_make_causal_mask_in_attention(make_causal_mask, seed=5150)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -502,19 +499,18 @@ def make_decoder_mask(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
     ### END SOLUTION
 
 # %% [test] test_make_decoder_mask_shape 1
-chk.check_decoder_mask_shape(make_decoder_mask)
+chk.test_make_decoder_mask_shape(make_decoder_mask)
 
 # %% [test] test_make_decoder_mask_values 2
-chk.check_decoder_mask_values(make_decoder_mask)
+chk.test_make_decoder_mask_values(make_decoder_mask)
 
 # %% [test] test_make_decoder_mask_device 1
-chk.check_decoder_mask_device(make_decoder_mask)
+chk.test_make_decoder_mask_device(make_decoder_mask)
 
 # %% [test] test_make_decoder_mask_in_attention 2
-chk.check_decoder_mask_in_attention(make_decoder_mask, seed=0, cases=[(3, 7, 2, 8, 0)])
+chk.test_make_decoder_mask_in_attention(make_decoder_mask)
 ### BEGIN HIDDEN TESTS
-chk.check_decoder_mask_in_attention(make_decoder_mask, seed=2718,
-                                    cases=[(4, 10, 3, 16, 0), (2, 2, 5, 4, 3), (1, 12, 1, 8, 1)])
+chk.test_make_decoder_mask_in_attention(make_decoder_mask, seed=2718)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -683,31 +679,24 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     ### END SOLUTION
 
 # %% [test] test_scaled_dot_product_attention_no_mask 1
-chk.check_masked_attention_no_mask(scaled_dot_product_attention)
+chk.test_scaled_dot_product_attention_no_mask(scaled_dot_product_attention)
 
 # %% [test] test_scaled_dot_product_attention_masked_weights 2
-chk.check_masked_attention_weights(scaled_dot_product_attention)
+chk.test_scaled_dot_product_attention_masked_weights(scaled_dot_product_attention)
 
 # %% [test] test_scaled_dot_product_attention_broadcast 2
-chk.check_masked_attention_broadcast(scaled_dot_product_attention)
+chk.test_scaled_dot_product_attention_broadcast(scaled_dot_product_attention)
 
 # %% [test] test_scaled_dot_product_attention_fully_masked 2
-chk.check_masked_attention_fully_masked(scaled_dot_product_attention)
+chk.test_scaled_dot_product_attention_fully_masked(scaled_dot_product_attention)
 
 # %% [test] test_scaled_dot_product_attention_padding 1
-chk.check_masked_attention_padding(scaled_dot_product_attention, seed=4, cases=[(3, 5, 3, 8)])
+chk.test_scaled_dot_product_attention_padding(scaled_dot_product_attention)
 
 # %% [test] test_scaled_dot_product_attention_random 2
-chk.check_masked_attention_against_torch(scaled_dot_product_attention, seed=0,
-                                         cases=[((2,), 5, 7, 8, 3, "pad")])
+chk.test_scaled_dot_product_attention_random(scaled_dot_product_attention)
 ### BEGIN HIDDEN TESTS
-chk.check_masked_attention_against_torch(
-    scaled_dot_product_attention, seed=6021,
-    cases=[((3,), 6, 6, 16, 4, "causal"), ((2, 4), 5, 9, 8, 8, "heads"), ((4,), 3, 2, 4, 6, "full"),
-           ((2, 3), 7, 7, 32, 5, "full"), ((), 4, 11, 8, 3, "causal"), ((5,), 1, 8, 12, 2, "pad")],
-    scale=2.0)
-chk.check_masked_attention_padding(scaled_dot_product_attention, seed=77,
-                                   cases=[(5, 9, 4, 16), (2, 2, 6, 4)])
+chk.test_scaled_dot_product_attention_random(scaled_dot_product_attention, seed=6021)
 ### END HIDDEN TESTS
 
 # %% [markdown]

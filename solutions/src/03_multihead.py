@@ -39,15 +39,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfscratch import plots
+from tfscratch import checks, plots
 from tfscratch import reference as R
-from tfscratch.checks import multihead as chk
 from tfscratch.fallback import pick
 from tfscratch.reference import make_causal_mask, make_decoder_mask, make_padding_mask
 from tfscratch.widgets import explore
 
 torch.manual_seed(0)
 %matplotlib inline
+
+chk = checks.notebook("03_multihead")  # the graded checks of this notebook
 
 # %% [markdown]
 # The masks of notebook 02 (`make_padding_mask`, `make_causal_mask`, `make_decoder_mask`) are
@@ -183,17 +184,15 @@ def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     ### END SOLUTION
 
 # %% [test] test_split_heads_shape 1
-chk.check_split_heads_shape(split_heads)
+chk.test_split_heads_shape(split_heads)
 
 # %% [test] test_split_heads_values 2
-chk.check_split_heads_values(split_heads)
+chk.test_split_heads_values(split_heads)
 
 # %% [test] test_split_heads_random 1
-chk.check_split_heads_random(split_heads, seed=0, cases=[(2, 7, 16, 4)])
+chk.test_split_heads_random(split_heads)
 ### BEGIN HIDDEN TESTS
-chk.check_split_heads_random(split_heads, seed=3131,
-                             cases=[(3, 5, 12, 4), (1, 1, 6, 2), (4, 9, 30, 5), (2, 3, 8, 8),
-                                    (5, 2, 20, 1)])
+chk.test_split_heads_random(split_heads, seed=3131)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -239,16 +238,15 @@ def combine_heads(x: torch.Tensor) -> torch.Tensor:
     ### END SOLUTION
 
 # %% [test] test_combine_heads_shape 1
-chk.check_combine_heads_shape(combine_heads)
+chk.test_combine_heads_shape(combine_heads)
 
 # %% [test] test_combine_heads_values 2
-chk.check_combine_heads_values(combine_heads)
+chk.test_combine_heads_values(combine_heads)
 
 # %% [test] test_combine_heads_inverts_split 1
-chk.check_combine_heads_inverts_split(combine_heads, seed=0, cases=[(2, 4, 6, 3)])
+chk.test_combine_heads_inverts_split(combine_heads)
 ### BEGIN HIDDEN TESTS
-chk.check_combine_heads_inverts_split(combine_heads, seed=2718,
-                                      cases=[(3, 5, 4, 2), (1, 7, 1, 8), (4, 2, 8, 1), (2, 9, 5, 3)])
+chk.test_combine_heads_inverts_split(combine_heads, seed=2718)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -383,34 +381,30 @@ class MultiHeadAttention(nn.Module):
         ### END SOLUTION
 
 # %% [test] test_MultiHeadAttention_parameters 2
-chk.check_mha_parameters(MultiHeadAttention)
+chk.test_MultiHeadAttention_parameters(MultiHeadAttention)
 
 # %% [test] test_MultiHeadAttention_shapes 1
-chk.check_mha_shapes(MultiHeadAttention)
+chk.test_MultiHeadAttention_shapes(MultiHeadAttention)
 
 # %% [test] test_MultiHeadAttention_matches_torch 3
-chk.check_mha_matches_torch(MultiHeadAttention, seed=0)
+chk.test_MultiHeadAttention_matches_torch(MultiHeadAttention)
 
 # %% [test] test_MultiHeadAttention_cross_attention 2
-chk.check_mha_cross_attention(MultiHeadAttention, seed=10)
+chk.test_MultiHeadAttention_cross_attention(MultiHeadAttention)
 
 # %% [test] test_MultiHeadAttention_masks 3
-chk.check_mha_masks(MultiHeadAttention, seed=20)
+chk.test_MultiHeadAttention_masks(MultiHeadAttention)
 
 # %% [test] test_MultiHeadAttention_head_independence 2
-chk.check_mha_head_independence(MultiHeadAttention, seed=30)
+chk.test_MultiHeadAttention_head_independence(MultiHeadAttention)
 
 # %% [test] test_MultiHeadAttention_dropout 2
-chk.check_mha_dropout(MultiHeadAttention, seed=40)
+chk.test_MultiHeadAttention_dropout(MultiHeadAttention)
 
 # %% [test] test_MultiHeadAttention_random 2
-chk.check_mha_against_torch(MultiHeadAttention, seed=0, cases=[(2, 5, 5, 16, 4, True, None)])
+chk.test_MultiHeadAttention_random(MultiHeadAttention)
 ### BEGIN HIDDEN TESTS
-chk.check_mha_against_torch(
-    MultiHeadAttention, seed=8080,
-    cases=[(3, 7, 7, 24, 6, True, "decoder"), (2, 4, 9, 20, 5, False, "padding"),
-           (1, 8, 8, 32, 8, True, "causal"), (4, 3, 6, 18, 3, False, None),
-           (2, 6, 6, 8, 1, True, None), (5, 1, 11, 40, 10, True, "padding")])
+chk.test_MultiHeadAttention_random(MultiHeadAttention, seed=8080)
 ### END HIDDEN TESTS
 
 # %% [markdown]

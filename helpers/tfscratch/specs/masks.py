@@ -16,10 +16,12 @@ agree too, while a NaN (forward or backward) still shows.
 """
 
 ASSIGNMENT = "02_masks"
+import math
+
 import numpy as np
 import torch
 
-from .engine import Exercise, Input, Probe, call, given, label, masked_rows, randn
+from .engine import Exercise, Input, Probe, call, given, label, like, masked_rows, randn, when
 
 
 # -- inputs ---------------------------------------------------------------------------------
@@ -154,6 +156,241 @@ def _dead_rows(key, got, want):
                        "such a row must stay finite (a large finite fill value, or zero the row after softmax)")
 
 
+# -- diagnoses ------------------------------------------------------------------------------
+
+def _crash(pattern, message):
+    return when(message, lambda e: pattern in e.error)
+
+
+CRASHES = [   # what the student's code raised -> the likely mask mistake
+    _crash("full()", "torch.full takes the size as ONE tuple, then the fill value: "
+           "torch.full((L, L), True). The seed notes' `torch.full(1, L, L).float('-inf')` fails "
+           "exactly like this."),
+    _crash("diagnoal", "`diagnoal` is misspelt: the keyword is `diagonal`."),
+    _crash("Boolean value of Tensor", "`if mask:` asks Python for the truth value of a whole "
+           "tensor; write `if mask is not None:`."),
+    _crash("with a bool tensor is not supported", "`1 - mask` and `-mask` do not work on a "
+           "boolean mask: use `~mask` (or mask.logical_not()) to flip it."),
+    _crash("does not match the shape of the indexed tensor", "Boolean indexing (scores[~mask] = "
+           "...) needs a mask of exactly the scores' shape, but a mask only has to broadcast: use "
+           "scores.masked_fill(~mask, value), which broadcasts."),
+    _crash("unexpected keyword argument 'mask'", "Give the function a fourth parameter `mask=None`."),
+    _crash("unexpected keyword argument 'device'", "make_causal_mask takes `device=None` and "
+           "creates the mask there."),
+    _crash("unexpected keyword argument 'pad_id'", "The signature is (tokens, pad_id=0)."),
+    _crash("missing 1 required positional argument: 'mask'", "mask must be optional: give the "
+           "fourth parameter a default, `mask=None`, and skip the masking when it is None."),
+    _crash("positional argument", "Check the signature the exercise gives: "
+           "scaled_dot_product_attention(q, k, v, mask=None), make_padding_mask(tokens, pad_id=0), "
+           "make_causal_mask(size, device=None), make_decoder_mask(tokens, pad_id=0)."),
+    _crash("is not on the expected device", "Tensors on different devices were combined: "
+           "create the causal mask on the tokens' device, make_causal_mask(L, device=tokens.device)."),
+    _crash("Expected all tensors to be on the same device", "Create the causal mask on the "
+           "tokens' device: make_causal_mask(L, device=tokens.device)."),
+    _crash("Mismatch in shape", "the weights have more axes than the scores: do not unsqueeze "
+           "the mask inside attention (a (B, 1, Lk) mask made 4-D meets 3-D scores as "
+           "(B, B, Lq, Lk)); masked_fill broadcasts it as it is."),
+    _crash("The size of tensor a", "A mask did not broadcast against the scores: a mask is "
+           "(B, 1, Lk), (Lq, Lk), (B, Lq, Lk) or 4-D with a head axis; do not reshape or unsqueeze "
+           "it inside attention."),
+]
+
+
+def _first(e):
+    """The student's first captured output (a numpy array), or None."""
+    outs = e.outs()
+    return outs[0][0] if outs else None
+
+
+def _additive(e):
+    g = _first(e)
+    return g is not None and g.dtype.kind == "f" and bool((g < 0).any())
+
+
+def _dtype(dt):
+    return when(f"the mask has dtype torch.{dt}; masks in this course are boolean (torch.bool), "
+                "True = may attend. A number mask breaks `~mask` (bitwise NOT of 1 is -2) and "
+                "gives wrong results when added to scores: return a comparison, or add .bool().",
+                lambda e: _first(e) is not None and _first(e).dtype == np.dtype(dt))
+
+
+DTYPES = [
+    when("you returned an additive float mask: 0 where allowed and -inf (or a big negative "
+         "number) where blocked, as in the seed notes. In this course masks are boolean, True = "
+         "may attend; attention turns them into -inf itself (masked_fill). Return a boolean "
+         "tensor, e.g. `tokens != pad_id` or torch.tril(...) of a bool tensor.", _additive),
+] + [_dtype(dt) for dt in ("float32", "float64", "float16", "int64", "int32", "uint8")]
+
+
+def _pad(t, pad_id=0):
+    return (t != pad_id).unsqueeze(1)
+
+
+def _right_padded(t, pad_id=0):
+    n = (t != pad_id).sum(1, keepdim=True)
+    return (torch.arange(t.size(1)) < n).unsqueeze(1)
+
+
+PADDING_DIAGNOSES = CRASHES + DTYPES + [
+    like("the mask is (B, Lk): the query axis is missing. Against scores (B, Lq, Lk) a (B, Lk) "
+         "mask lines up from the right as (1, B, Lk), so the batch axis lands on the query axis: "
+         "an error when B != Lq, silently wrong rows when B == Lq. Add the axis: "
+         "(tokens != pad_id).unsqueeze(1) -> (B, 1, Lk).", lambda t, pad_id=0: t != pad_id),
+    like("the mask is (B, Lk, 1): it varies along the QUERY axis, so it blanks whole query rows "
+         "instead of hiding the padded keys (columns). Put the new axis in the middle: "
+         "unsqueeze(1) -> (B, 1, Lk).", lambda t, pad_id=0: (t != pad_id).unsqueeze(-1)),
+    like("the mask is (B, 1, 1, Lk), the multi-head form. Against single-head scores "
+         "(B, Lq, Lk) it broadcasts to (B, B, Lq, Lk): every batch element gets every other "
+         "one's mask. Return (B, 1, Lk); multi-head attention (notebook 03) adds the head axis "
+         "itself.", lambda t, pad_id=0: (t != pad_id)[:, None, None, :]),
+    like("you expanded the mask to (B, Lk, Lk). That only works when Lq == Lk; cross-attention "
+         "has queries of another length. Keep the query axis of size 1, (B, 1, Lk), and let "
+         "broadcasting stretch it.",
+         lambda t, pad_id=0: _pad(t, pad_id).expand(t.size(0), t.size(1), t.size(1))),
+    like("True where the token IS padding: the opposite convention. Here True = may attend, "
+         "i.e. a real token: tokens != pad_id. (PyTorch's key_padding_mask uses True = ignore; "
+         "do not mix the two.)", lambda t, pad_id=0: (t == pad_id).unsqueeze(1)),
+    like("you compared with 0, not with pad_id: use tokens != pad_id.", lambda t, pad_id=0: _pad(t, 0)),
+    like("tokens > pad_id treats every id below pad_id as padding; only ids equal to pad_id are "
+         "padding: tokens != pad_id.", lambda t, pad_id=0: (t > pad_id).unsqueeze(1)),
+    like("you assumed the padding sits at the end (counted the real tokens, then compared "
+         "positions with that length). Left-padded and inner-padded rows exist: compare each "
+         "token with pad_id.", _right_padded),
+]
+
+
+def _tri(fn):
+    """A wrong causal mask: fn of the (size, size) boolean ones."""
+    return lambda size, device=None: fn(torch.ones(size, size, dtype=torch.bool))
+
+
+def _plain_shape_wrong(e):
+    g, w = (e.outs() or [(None, None)])[0]
+    return g is not None and g.shape in ((1,) + w.shape, (1, 1) + w.shape)
+
+
+CAUSAL_DIAGNOSES = CRASHES + DTYPES + [
+    when("the device argument is ignored: the mask was not created on the device asked for "
+         "(here device='ipu', which this machine lacks, so a mask made there fails). Create the "
+         "tensor there, e.g. torch.ones(size, size, dtype=torch.bool, device=device); otherwise "
+         "the mask stays on the CPU while the scores are on the GPU and masked_fill fails.",
+         lambda e: "should raise an error but returned normally" in e.problem, probes=("device",)),
+    when("the mask must be the plain (size, size) matrix; broadcasting adds the batch and head "
+         "axes where they are needed (the seed notes keep a (1, 1, L, L) buffer and then slice "
+         "it with only three indices, which goes wrong): return the plain (size, size) one.",
+         _plain_shape_wrong),
+    like("True ABOVE the diagonal marks the future: that is the set of positions to HIDE (the "
+         "seed notes' -inf convention, triu(diagonal=1)). Here True = may attend: keep the "
+         "diagonal and everything below, torch.tril(...).", _tri(lambda o: o.triu(1))),
+    like("the diagonal is missing: position i must see itself (keys 0..i inclusive). Without it "
+         "row 0 has no key left: a fully masked row, NaN in a plain softmax. Use tril with "
+         "diagonal=0.", _tri(lambda o: o.tril(-1))),
+    like("upper triangle including the diagonal: every position sees itself and the FUTURE, not "
+         "the past. Use torch.tril (lower triangle).", _tri(lambda o: o.triu())),
+    like("this is the seed notes' triu(..., diagonal=-1) bug: it keeps the main diagonal and the "
+         "one below it in the blocked part, so every token is blind to itself and its "
+         "predecessor, and rows 0 and 1 are fully masked (NaN). Causal = tril, diagonal=0.",
+         _tri(lambda o: ~o.triu(-1))),
+    like("it is the blocked set of the seed notes' triu(diagonal=-1) bug: True above and on the "
+         "diagonal and one below. Causal = torch.tril(ones(size, size, dtype=torch.bool)).",
+         _tri(lambda o: o.triu(-1))),
+    like("diagonal=1 lets position i see position i + 1: one token of the future leaks. Use "
+         "diagonal=0 (the default).", _tri(lambda o: o.tril(1))),
+    like("every entry is True: nothing is masked. Query i may attend to keys 0..i: "
+         "torch.tril(torch.ones(size, size, dtype=torch.bool)).", _tri(lambda o: o)),
+]
+
+
+def _dec(fn):
+    """A wrong decoder mask: fn(key padding (B, 1, L), query padding (B, L, 1), causal (L, L))."""
+    def wrong(t, pad_id=0):
+        real = t != pad_id
+        return fn(real[:, None, :], real[:, :, None], torch.ones(t.size(1), t.size(1), dtype=torch.bool).tril())
+    return wrong
+
+
+def _full(k, c):
+    return k.expand(-1, c.size(0), -1) & c
+
+
+DECODER_DIAGNOSES = CRASHES + DTYPES + [
+    like("the mask has the multi-head form (B, 1, L, L). Return (B, L, L); multi-head attention "
+         "adds the head axis (unsqueeze(1)) itself.", _dec(lambda k, q, c: (k & c).unsqueeze(1))),
+    like("you returned only the padding mask (B, 1, L): the causal part is missing. Combine it "
+         "with the causal (L, L) mask: (B, 1, L) & (L, L) broadcasts to (B, L, L).",
+         _dec(lambda k, q, c: k)),
+    like("the padding part is missing: that is only the causal mask, the same for every "
+         "sequence, so padded keys are visible. AND the key-padding mask (B, 1, L) in to get "
+         "(B, L, L).", _dec(lambda k, q, c: c.expand(k.size(0), -1, -1))),
+    like("the padding part is missing: that is only the causal mask, the same for every "
+         "sequence, so padded keys are visible. AND the key-padding mask (B, 1, L) in to get "
+         "(B, L, L).", _dec(lambda k, q, c: c)),
+    like("the opposite convention: True where attention is blocked. Here True = may attend.",
+         _dec(lambda k, q, c: ~(k & c))),
+    like("you combined the two masks with OR (|): a key must be real AND not in the future, so "
+         "combine with &.", _dec(lambda k, q, c: k | c)),
+    like("you also masked the query rows at padding positions (pad & pad^T & causal). The spec "
+         "masks keys only: a pad position's row keeps its causal keys (its output is ignored by "
+         "the loss anyway), while blanking whole rows invites the fully-masked-row NaN.",
+         _dec(lambda k, q, c: q & k & c)),
+    like("you masked the QUERIES instead of the keys: the padding part must vary along the last "
+         "axis (keys), (B, 1, L), not (B, L, 1).", _dec(lambda k, q, c: q & c)),
+    like("the causal part is missing: every token sees the future (only the padding mask, "
+         "expanded).", _dec(lambda k, q, c: _full(k, torch.ones_like(c)))),
+    like("the causal part is upside down (triu): tokens see the future instead of the past.",
+         _dec(lambda k, q, c: k & c.T)),
+    like("the diagonal is missing from the causal part: each token must see itself.",
+         _dec(lambda k, q, c: k & c.tril(-1))),
+    like("the padding was compared with 0 instead of pad_id: pass pad_id on to "
+         "make_padding_mask(tokens, pad_id).",
+         lambda t, pad_id=0: _dec(lambda k, q, c: k & c)(t, 0) if pad_id != 0 else None),
+]
+
+
+def _weights(fn, big=-1e9):
+    """A wrong attention: its weights from fn(scores, mask broadcast to them, d_k)."""
+    def wrong(q, k, v, mask=None):
+        if mask is None:
+            return None
+        s = (q.double() @ k.double().transpose(-2, -1)) / math.sqrt(q.size(-1))
+        return fn(s, mask.expand_as(s), q.size(-1))
+    return wrong
+
+
+ATTENTION_DIAGNOSES = CRASHES + [
+    when("the gradient is NaN (or missing) although the forward pass is finite. An additive "
+         "-inf mask followed by nan_to_num hides the NaN going forward, but it flows back "
+         "through the addition into the scores and poisons every parameter. Use "
+         "scores.masked_fill(~mask, ...) (its backward blocks masked entries) or a finite fill "
+         "value.", lambda e: "NaN" in e.problem and "gradient" in e.problem),
+    when("a query row whose keys are all masked gave NaN: softmax over a row of -inf computes "
+         "exp(-inf - (-inf)) = exp(NaN), 0/0. Fill with a large finite negative number "
+         "(torch.finfo(scores.dtype).min or -1e9: the row then becomes uniform), or set such "
+         "rows to zero after softmax (torch.where(mask.any(-1, keepdim=True), weights, 0.0)).",
+         lambda e: "NaN" in e.problem),
+    like("the mask was ignored: masked keys still get weight.",
+         _weights(lambda s, m, d: torch.softmax(s, -1)), out="1"),
+    like("you blocked the keys where the mask is True. True means MAY attend: fill where the "
+         "mask is False, scores.masked_fill(~mask, ...). (PyTorch's key_padding_mask uses the "
+         "opposite convention; do not mix them.)",
+         _weights(lambda s, m, d: torch.softmax(s.masked_fill(m, -1e9), -1)), out="1"),
+    like("the masked scores were set to 0 (masked_fill(~mask, 0) or scores * mask), but "
+         "exp(0) = 1: masked keys still get weight. Fill with -inf or a very negative number.",
+         _weights(lambda s, m, d: torch.softmax(s.masked_fill(~m, 0.0), -1)), out="1"),
+    like("you zeroed the weights after softmax without renormalising, so rows no longer sum to "
+         "1. Mask the SCORES before softmax.",
+         _weights(lambda s, m, d: torch.softmax(s, -1) * m), out="1"),
+    like("you added the boolean mask to the scores (True counts as +1). A boolean mask is not "
+         "additive: use scores.masked_fill(~mask, -inf), or turn it into 0 / -inf first.",
+         _weights(lambda s, m, d: torch.softmax(s + m.double(), -1)), out="1"),
+    like("the scores are not divided by sqrt(d_k).",
+         _weights(lambda s, m, d: torch.softmax((s * math.sqrt(d)).masked_fill(~m, -1e9), -1)),
+         out="1"),
+    like("softmax ran over the query axis (dim=-2); it must run over the keys, dim=-1.",
+         _weights(lambda s, m, d: torch.softmax(s.masked_fill(~m, -1e9), -2)), out="1"),
+]
+
+
 # -- the table ------------------------------------------------------------------------------
 
 _PAD_CELLS = ("test_make_padding_mask_values", "test_make_padding_mask_in_attention")
@@ -161,7 +398,8 @@ _DEC_CELLS = ("test_make_decoder_mask_values", "test_make_decoder_mask_in_attent
 _SDPA = "test_scaled_dot_product_attention_"
 
 EXERCISES = [
-    Exercise("make_padding_mask", ref="masks.make_padding_mask", probes=[
+    Exercise("make_padding_mask", ref="masks.make_padding_mask",
+             diagnose=PADDING_DIAGNOSES, probes=[
         Probe("shape", ("test_make_padding_mask_shape",),
               [call(_tokens(3, 7, 0)), call(_tokens(5, 2, 0))],
               compare=_boolean, what="(B, L) tokens with B != L -> (B, 1, L) boolean"),
@@ -175,7 +413,8 @@ EXERCISES = [
                call(_tokens(1, 8, 0)), call(_tokens(6, 3, 13), pad_id=13)],
               compare=_boolean, what="other batch sizes and lengths, B == L included"),
     ]),
-    Exercise("make_causal_mask", ref="masks.make_causal_mask", probes=[
+    Exercise("make_causal_mask", ref="masks.make_causal_mask",
+             diagnose=CAUSAL_DIAGNOSES, probes=[
         Probe("values", ("test_make_causal_mask_values",), [call(5), call(6)],
               compare=_boolean, what="sizes 5 and 6: lower triangle with the diagonal"),
         Probe("sizes", ("test_make_causal_mask_sizes", "test_make_causal_mask_in_attention"),
@@ -188,7 +427,8 @@ EXERCISES = [
               what="device='cpu', device=None, and device='ipu' (a device this machine lacks: "
                    "a mask created there fails, one that ignores `device` does not)"),
     ]),
-    Exercise("make_decoder_mask", ref="masks.make_decoder_mask", probes=[
+    Exercise("make_decoder_mask", ref="masks.make_decoder_mask",
+             diagnose=DECODER_DIAGNOSES, probes=[
         Probe("shape", ("test_make_decoder_mask_shape", "test_make_decoder_mask_device"),
               [call(_tokens(4, 6, 0)), call(_tokens(2, 1, 0)), call(_tokens(3, 2, 5), pad_id=5)],
               compare=_boolean, what="(B, L) tokens with B != L, L = 1 and L = 2 -> (B, L, L) "
@@ -206,7 +446,8 @@ EXERCISES = [
                call(_tokens(1, 12, 1), pad_id=1), call(_tokens(6, 6, 0))],
               compare=_boolean, what="other batch sizes and lengths, B == L included"),
     ]),
-    Exercise("scaled_dot_product_attention", ref="masks.scaled_dot_product_attention", probes=[
+    Exercise("scaled_dot_product_attention", ref="masks.scaled_dot_product_attention",
+             shortcuts=("attention",), diagnose=ATTENTION_DIAGNOSES, probes=[
         Probe("no mask", (_SDPA + "no_mask",),
               [call(randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 6)),
                call(randn(2, 4, 8), randn(2, 7, 8), randn(2, 7, 3), mask=None),

@@ -18,10 +18,13 @@ choices give the same (zero) output.
 """
 
 ASSIGNMENT = "03_multihead"
+import math
+
 import numpy as np
 import torch
+import torch.nn.functional as F
 
-from .engine import Exercise, Probe, call, ctor, given, masked_rows, randn
+from .engine import Exercise, Probe, call, ctor, given, like, masked_rows, randn, when
 
 
 # -- inputs ---------------------------------------------------------------------------------
@@ -118,6 +121,249 @@ def _dead_rows(key, got, want):
                        "fill the masked scores with a large negative finite number (torch.finfo(dtype).min), not -inf")
 
 
+# -- diagnoses ------------------------------------------------------------------------------
+
+def _crash(pattern, message):
+    return when(message, lambda e: pattern in e.error)
+
+
+def _heads(x, n_heads):
+    B, L, D = x.shape
+    return B, L, n_heads, D // n_heads
+
+
+def _split(fn):
+    """A wrong split_heads: fn(x, B, L, H, D_h)."""
+    return lambda x, n_heads: fn(x, *_heads(x, n_heads))
+
+
+def _split_shape(*shapes):
+    """The first output has one of the shapes(B, L, H, D_h)."""
+    def pred(e):
+        (x, *rest), kw = e.args(0)
+        dims = _heads(x, rest[0] if rest else kw["n_heads"])
+        return e.out(0) is not None and tuple(e.out(0).shape) in [f(*dims) for f in shapes]
+    return pred
+
+
+SPLIT_DIAGNOSES = [
+    _crash("does not require grad", "the result is cut off from autograd: keep to view, "
+           "reshape, transpose and permute (no .detach(), .numpy(), torch.tensor(...) or "
+           "torch.from_numpy), so the gradient flows back to x."),
+    _crash("invalid for input of size", "The split must come from the sizes of x and the n_heads "
+           "argument: B, L, D = x.shape; view(B, L, n_heads, D // n_heads). Is n_heads or a size "
+           "hard-coded?"),
+    when("the head axis is still after the sequence axis: after view(B, L, H, D_h), move the "
+         "heads forward with .transpose(1, 2) so each head sees a (L, D_h) matrix.",
+         _split_shape(lambda B, L, H, Dh: (B, L, H, Dh))),
+    when("n_heads and D_h are swapped: view(B, L, n_heads, D // n_heads), not "
+         "view(B, L, D // n_heads, n_heads). (x.split(k) makes pieces of SIZE k; x.chunk(k) "
+         "makes k pieces.)", _split_shape(lambda B, L, H, Dh: (B, Dh, L, H),
+                                         lambda B, L, H, Dh: (B, L, Dh, H))),
+    when("the wrong axes were transposed: swap the sequence and head axes, transpose(1, 2).",
+         _split_shape(lambda B, L, H, Dh: (L, B, H, Dh))),
+    like("view(B, H, L, D_h) alone re-reads the numbers in memory order, so 'head 0' gets whole "
+         "tokens (all their features) instead of one slice of every token: the split MIXES HEADS "
+         "and tokens. Split the feature axis first, view(B, L, H, D_h), then move the heads "
+         "forward with transpose(1, 2).", _split(lambda x, B, L, H, Dh: x.reshape(B, H, L, Dh))),
+    like("each head got every H-th feature (an interleaved split, view(B, L, D_h, H)): head h "
+         "must get the contiguous block of features h*D_h .. (h+1)*D_h - 1, which is how W_q's "
+         "rows for head h are laid out. Use view(B, L, H, D_h).transpose(1, 2).",
+         _split(lambda x, B, L, H, Dh: x.reshape(B, L, Dh, H).permute(0, 3, 1, 2))),
+    like("x was transposed to (B, D, L) BEFORE splitting, which scrambles tokens and features "
+         "within each head. Split first, view(B, L, H, D_h), then transpose(1, 2).",
+         _split(lambda x, B, L, H, Dh: x.transpose(1, 2).reshape(B, H, L, Dh))),
+]
+
+
+def _combine(fn):
+    """A wrong combine_heads: fn(x, B, H, L, D_h)."""
+    return lambda x: fn(x, *x.shape)
+
+
+COMBINE_DIAGNOSES = [
+    _crash("does not require grad", "the result is cut off from autograd: keep to view, "
+           "reshape, transpose and permute (no .detach(), .numpy(), torch.tensor(...) or "
+           "torch.from_numpy), so the gradient flows back to x."),
+    _crash("view size is not compatible", "x.transpose(1, 2) is not contiguous in memory, so "
+           ".view fails on it: call .contiguous() first, x.transpose(1, 2).contiguous()"
+           ".view(B, L, H * D_h), or use .reshape."),
+    like("the heads were merged without transpose(1, 2): reshaping (B, H, L, D_h) straight to "
+         "(B, L, H * D_h) glues together whole rows of one head (several tokens) instead of "
+         "every head's slice of one token. transpose(1, 2) first, then merge.",
+         _combine(lambda x, B, H, L, Dh: x.reshape(B, L, H * Dh))),
+    like("the features came out interleaved (feature 0 of every head, then feature 1, ...): "
+         "merge (H, D_h) in that order, x.transpose(1, 2) -> (B, L, H, D_h), not (B, L, D_h, H).",
+         _combine(lambda x, B, H, L, Dh: x.permute(0, 2, 3, 1).reshape(B, L, H * Dh))),
+    like("the last two axes were transposed (transpose(2, 3)) instead of the head and sequence "
+         "axes (transpose(1, 2)).", _combine(lambda x, B, H, L, Dh: x.transpose(2, 3).reshape(B, L, H * Dh))),
+    like("the heads were concatenated along the sequence axis: they belong side by side on the "
+         "feature axis, (B, L, H * D_h).", lambda x: torch.cat(x.unbind(1), dim=1)),
+    like("the heads were summed or averaged: concatenate them instead (each head keeps its own "
+         "D_h features; W_o mixes them afterwards).", lambda x: x.sum(1)),
+    like("the heads were summed or averaged: concatenate them instead (each head keeps its own "
+         "D_h features; W_o mixes them afterwards).", lambda x: x.mean(1)),
+    like("the heads are still on axis 1: read the sizes in the order (B, H, L, D_h), "
+         "transpose(1, 2) to bring the tokens forward, then merge (H, D_h) into H * D_h.",
+         _combine(lambda x, B, H, L, Dh: x.transpose(1, 2).reshape(B, H, L * Dh))),
+]
+
+
+def _forward(ref, query, key, value, mask=None, *, scale="head", split="ok", combine="ok",
+         use_wo=True, q_layer="w_q", v_layer="w_v", v_from="value", mask_mode="ok", sm_dim=-1):
+    """The forward pass with the probe's weights and one known mistake switched on."""
+    if mask is None and mask_mode != "ok":
+        return None
+    B, Lq, D = query.shape
+    H = ref.n_heads
+    Dh = D // H
+
+    def sp(t):
+        b, n, _ = t.shape
+        if split == "view_only":
+            return t.reshape(b, H, n, Dh)
+        return t.reshape(b, n, H, Dh).transpose(1, 2)
+    q, k = sp(getattr(ref, q_layer)(query)), sp(ref.w_k(key))
+    v = sp(getattr(ref, v_layer)(key if v_from == "key" else value))
+    s = q @ k.transpose(-2, -1) / {"head": math.sqrt(Dh), "model": math.sqrt(D), "none": 1.0,
+                                   "head_lin": float(Dh)}[scale]
+    if mask is not None and mask_mode != "ignore":
+        mk = mask.unsqueeze(1) if (mask.dim() == 3) != (mask_mode == "nohead") else mask
+        mk = mask.unsqueeze(1) if mask_mode == "always" else mk
+        s = s.masked_fill(mk if mask_mode == "invert" else ~mk, -1e9)
+    o = torch.softmax(s, dim=sm_dim) @ v
+    o = o.reshape(B, Lq, D) if combine == "no_transpose" else o.transpose(1, 2).reshape(B, Lq, D)
+    return ref.w_o(o) if use_wo else o
+
+
+def _as(message, **opts):
+    return like(message, lambda ref, *a, **kw: _forward(ref, *a, **kw, **opts))
+
+
+def _mask_dim(e):
+    a, kw = e.args(0)
+    m = kw.get("mask", a[3] if len(a) > 3 else None)
+    return None if m is None else m.dim()
+
+
+def _broadcast_error(e):
+    return "must match the size of tensor" in e.error or "broadcast" in e.error
+
+
+def _weights_kept(e):
+    g, w = e.got("after.attn_weights"), e.want("after.attn_weights")
+    return g is not None and w is not None and g.shape == w.shape and np.allclose(g, w, atol=1e-5)
+
+
+def _missing(*names):
+    return lambda e: any(f"no parameter named '{n}." in e.error for n in names)
+
+
+def _has_norm(e):
+    return any("norm" in n.lower() for n, _ in (e.meta("params") or [])) or \
+        "norm" in e.problem.lower()
+
+
+MHA_DIAGNOSES = [
+    _crash("takes 1 positional argument", "Is the constructor spelled __init__ (two underscores "
+           "on each side)? With `_init_` Python never calls it and nn.Module's own __init__ gets "
+           "your arguments."),
+    _crash("'super' object", "Call super().__init__() (with parentheses after super) first thing "
+           "in __init__."),
+    _crash("cannot assign module before Module.__init__", "Call super().__init__() before "
+           "creating layers in __init__."),
+    when("self.w_v is never created (check the spelling: the study notes assign self.wk twice "
+         "and never create wv). Create the four projections w_q, w_k, w_v and w_o in __init__, "
+         "each nn.Linear(d_model, d_model, bias=bias).",
+         lambda e: "no parameter named 'w_v." in e.error),
+    when("w_q, w_k, w_v, w_o must be layers registered on the module in __init__: a plain Python "
+         "list (or dict) of layers is NOT registered, and layers created inside forward get new "
+         "random weights at every call; either way they are missing from parameters() and "
+         "state_dict(), so the optimizer never sees them. Use one nn.Linear(d_model, d_model) per "
+         "projection (its rows h*D_h:(h+1)*D_h are head h's projection); to keep per-head layers "
+         "use nn.ModuleList.", _missing("w_q", "w_k", "w_v", "w_o")),
+    _crash("has no attribute", "An attribute is used before it is created, or its name is "
+           "misspelt (the study notes assign self.wk twice and never create self.wv)."),
+    when("forward returned a tuple: it returns the output only, (B, Lq, d_model). Keep the "
+         "weights in self.attn_weights instead.",
+         lambda e: str(e.meta("0.out")).startswith(("tuple", "list"))),
+    _crash("invalid for input of size", "In cross-attention the keys and values have their own "
+           "length Lk != Lq: split each tensor with its own sizes (key.size(1)), not the query's "
+           "seqlen."),
+    when("A 3-D mask, (B, Lq, Lk) or (B, 1, Lk), needs a head axis to broadcast against the "
+         "(B, H, Lq, Lk) scores: mask.unsqueeze(1). (2-D and 4-D masks are used as they are.)",
+         lambda e: _broadcast_error(e) and _mask_dim(e) == 3),
+    when("A 2-D or 4-D mask broadcasts against the (B, H, Lq, Lk) scores as it is: only 3-D "
+         "masks get unsqueeze(1).", lambda e: _broadcast_error(e) and _mask_dim(e) in (2, 4)),
+    when("Shortcut used: the module contains PyTorch's nn.MultiheadAttention. This exercise "
+         "asks you to build multi-head attention yourself from w_q, w_k, w_v, w_o, split_heads, "
+         "attention and combine_heads.",
+         lambda e: any("in_proj" in n for n, _ in (e.meta("params") or []))),
+    when("MultiHeadAttention(..., bias=False) still has biases: pass bias=bias to every "
+         "nn.Linear.", lambda e: e.ref().w_q.bias is None
+         and any(n.endswith(".bias") for n, _ in (e.meta("params") or []))),
+    when("the module contains a LayerNorm: the residual connection and the LayerNorm belong to "
+         "the encoder and decoder layers (notebook 06), not to the attention module (some public "
+         "implementations put them inside). forward returns w_o(combined heads) only.", _has_norm),
+    like("the output is LayerNorm(query + attention): the module adds the residual and a "
+         "LayerNorm inside. The residual connection and the LayerNorm belong to the encoder and "
+         "decoder layers (notebook 06); forward returns w_o(combined heads) only.",
+         lambda ref, q, k, v, mask=None: F.layer_norm(ref(q, k, v, mask) + q, q.shape[-1:], eps=1e-6)),
+    when("the head axis is missing from self.attn_weights (averaged or summed over the "
+         "heads?): keep one map per head, (B, H, Lq, Lk).",
+         lambda e: e.got("after.attn_weights") is not None and e.want("after.attn_weights") is not None
+         and e.got("after.attn_weights").shape == tuple(np.delete(e.want("after.attn_weights").shape, 1))),
+    when("a query row whose keys are ALL masked gave NaN/inf. Fill masked scores with a large "
+         "negative FINITE number (torch.finfo(dtype).min or -1e9) rather than -inf: softmax of a "
+         "row of -inf is 0/0 = NaN, and the NaN then spreads through W_o. (Such a row may give "
+         "uniform or zero weights.)", lambda e: "NaN" in e.problem),
+    when("in eval mode dropout must be off, but the output is random although the attention "
+         "weights are right. Use an nn.Dropout layer (it follows model.eval()/train()); "
+         "F.dropout(x, p) defaults to training=True, so pass training=self.training.",
+         _weights_kept, probes=("dropout eval",)),
+    like("with dropout=1.0 in training mode every attention weight must be dropped, but the "
+         "output is the one without dropout: the dropout argument is ignored. Apply "
+         "nn.Dropout(dropout) to the attention weights before multiplying by v.",
+         lambda ref, *a, **kw: ref.eval()(*a, **kw), probes=("dropout train",)),
+    when("self.attn_weights must be the softmax output BEFORE dropout (rows sum to 1); yours "
+         "were stored after dropout, which zeroes some and rescales the rest by 1/(1-p).",
+         lambda e: not _weights_kept(e), probes=("dropout train",)),
+    _as("self.w_k is the same layer as self.w_q (one module, or one weight, under two names): "
+        "each projection needs its own weights. Create four nn.Linear(d_model, d_model).",
+        q_layer="w_k"),
+    when("two of w_q, w_k, w_v, w_o are the same layer (one module, or one weight, under two "
+         "names): each projection needs its own weights. Create four nn.Linear(d_model, d_model).",
+         lambda e: "distinct parameter tensors" in e.problem),
+    _as("the scores are divided by sqrt(d_model). Each head's dot product q_h . k_h has only "
+        "D_h = d_model / n_heads terms, so divide by sqrt(D_h), the HEAD dimension.", scale="model"),
+    _as("the scores are not scaled: divide q k^T by sqrt(D_h), the head dimension.", scale="none"),
+    _as("the scores are divided by D_h; the scale is sqrt(D_h).", scale="head_lin"),
+    _as("the head split MIXES HEADS: view(B, H, L, D_h) re-reads memory in order, so a 'head' "
+        "gets whole tokens, and the heads are not independent. Split the feature axis, "
+        "view(B, L, H, D_h), then transpose(1, 2).", split="view_only"),
+    _as("the heads are merged without transpose(1, 2): reshape (B, H, Lq, D_h) -> "
+        "(B, Lq, d_model) directly mixes tokens and heads. transpose(1, 2).contiguous()"
+        ".view(B, Lq, d_model).", combine="no_transpose"),
+    _as("the output projection w_o is missing: return self.w_o(combined heads).", use_wo=False),
+    _as("the values are projected with w_k instead of w_v (a copy-paste slip: the study notes "
+        "assign self.wk twice).", v_layer="w_k"),
+    _as("the values are computed from `key` instead of `value`: v = self.w_v(value). (In "
+        "self-attention the three are the same tensor, which hides this; cross-attention does "
+        "not.)", v_from="key"),
+    _as("softmax ran over the query axis (dim=-2); normalise over the keys, dim=-1.", sm_dim=-2),
+    _as("the mask is inverted: True means MAY attend, so fill the scores where the mask is "
+        "False, masked_fill(~mask, ...) (PyTorch's own attn_mask/key_padding_mask use the "
+        "opposite meaning).", mask_mode="invert"),
+    _as("the mask is ignored: fill the scores where the mask is False before the softmax.",
+        mask_mode="ignore"),
+    _as("a 3-D mask was used without a head axis. Scores are (B, H, Lq, Lk); a (B, Lq, Lk) or "
+        "(B, 1, Lk) mask lines up with (H, Lq, Lk) and masks the wrong thing. Add the head "
+        "axis: mask.unsqueeze(1).", mask_mode="nohead"),
+    _as("a 2-D (Lq, Lk) or 4-D mask also got unsqueeze(1): it broadcasts as it is; only 3-D "
+        "masks need the head axis.", mask_mode="always"),
+]
+
+
 # -- the table ------------------------------------------------------------------------------
 
 _W = ("attn_weights",)
@@ -135,7 +381,7 @@ def _qkv(B, Lq, Lk, D, **kw):
 
 
 EXERCISES = [
-    Exercise("split_heads", ref="multihead.split_heads", probes=[
+    Exercise("split_heads", ref="multihead.split_heads", diagnose=SPLIT_DIAGNOSES, probes=[
         Probe("shape", ("test_split_heads_shape",),
               [call(randn(2, 5, 12), 3), call(randn(3, 4, 8), 1), call(randn(1, 6, 6), 6)],
               what="(B, L, D) -> (B, H, L, D // H), also for H = 1 and D_h = 1"),
@@ -148,7 +394,8 @@ EXERCISES = [
                call(randn(2, 3, 18), 6, grad=(0,), backward=randn(2, 6, 3, 3))],
               what="random (B, L, D, H) and the gradient of x"),
     ]),
-    Exercise("combine_heads", ref="multihead.combine_heads", probes=[
+    Exercise("combine_heads", ref="multihead.combine_heads", diagnose=COMBINE_DIAGNOSES,
+             probes=[
         Probe("shape", ("test_combine_heads_shape",),
               [call(randn(2, 3, 5, 4)), call(randn(3, 1, 4, 6)), call(randn(1, 4, 2, 1))],
               what="(B, H, L, D_h) -> (B, L, H * D_h), also for H = 1 and D_h = 1"),
@@ -160,7 +407,8 @@ EXERCISES = [
                call(randn(2, 5, 9, 3), grad=(0,), backward=randn(2, 9, 15))],
               what="random (B, H, L, D_h) and the gradient of x"),
     ]),
-    Exercise("MultiHeadAttention", ref="multihead.MultiHeadAttention", probes=[
+    Exercise("MultiHeadAttention", ref="multihead.MultiHeadAttention", shortcuts=("multihead",),
+             diagnose=MHA_DIAGNOSES, probes=[
         # -- structure
         _mha("parameters", (_T + "parameters",), ctor(16, 4), [_qkv(2, 5, 5, 16)],
              "w_q, w_k, w_v, w_o of MultiHeadAttention(16, 4)", params=True),
