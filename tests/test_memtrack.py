@@ -2,9 +2,15 @@
 operation's outputs (factory functions included), and peak_memory counts live tensor bytes."""
 import torch
 
-from tfscratch.checks.efficient_attention import full_matrix_tensors
 from tfscratch.memtrack import TensorRecorder, peak_memory
 from tfscratch.reference import flash_attention, naive_attention
+from tfscratch.specs.efficient_attention import full_matrix
+
+
+def full_matrix_tensors(records, batch, Lq, Lk):
+    """The recorded outputs that hold an (Lq, Lk) matrix per slice, by notebook 10's spec rule."""
+    return full_matrix([[0] * (6 - len(s)) + list(s) for r in records for s in r.out_shapes
+                        if len(s) <= 6], batch, Lq, Lk)
 
 
 def test_recorder_sees_factories_and_reductions():

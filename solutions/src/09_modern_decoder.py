@@ -33,7 +33,8 @@
 # `nn.Embedding`, `F.silu`, `torch.softmax`, `torch.sort`, `torch.cumsum`. You may **not** use
 # `F.rms_norm` / `nn.RMSNorm` (or LayerNorm) inside the RMSNorm exercises, nor
 # `F.scaled_dot_product_attention` or `nn.MultiheadAttention` inside your attention: the checks
-# notice. They compare your code with exactly those PyTorch functions.
+# notice. They compare your code with the course's reference, which equals those PyTorch
+# functions.
 
 # %% [setup] setup_imports
 import math
@@ -45,9 +46,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfscratch import plots
+from tfscratch import checks, plots
 from tfscratch import reference as R
-from tfscratch.checks import modern_decoder as chk
 from tfscratch.fallback import pick
 from tfscratch.reference import pe_shift_matrix, scaled_dot_product_attention
 from tfscratch.widgets import explore
@@ -56,6 +56,8 @@ torch.manual_seed(0)
 torch.set_num_threads(1)  # models this small run fastest on one thread: more threads only wait
 GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))  # autograding: shorter training runs
 %matplotlib inline
+
+chk = checks.notebook("09_modern_decoder")  # the graded checks of this notebook
 
 # %% [markdown]
 # ## 1. RMSNorm: LayerNorm without the mean
@@ -96,16 +98,12 @@ def rms_norm(x, weight=None, eps=1e-6):
     ### END SOLUTION
 
 # %% [test] test_rms_norm_basic 2
-chk.check_rms_norm_basic(rms_norm)
+chk.test_rms_norm_basic(rms_norm)
 
 # %% [test] test_rms_norm_random 2
-chk.check_rms_norm_random(rms_norm, seed=0, cases=[((2, 3, 8), 1e-6, True, torch.float32, 1.0)])
+chk.test_rms_norm_random(rms_norm)
 ### BEGIN HIDDEN TESTS
-chk.check_rms_norm_random(rms_norm, seed=919,
-                          cases=[((5, 17), 1e-5, False, torch.float32, 3.0),
-                                 ((2, 2, 4, 6), 1e-6, True, torch.float64, 0.5),
-                                 ((3, 32), 1e-2, True, torch.float32, 1e-3),
-                                 ((1, 1, 1, 3), 1e-6, False, torch.float64, 10.0)])
+chk.test_rms_norm_random(rms_norm, seed=9191)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -132,13 +130,12 @@ class RMSNorm(nn.Module):
         ### END SOLUTION
 
 # %% [test] test_RMSNorm_module 2
-chk.check_RMSNorm_module(RMSNorm)
+chk.test_RMSNorm_module(RMSNorm)
 
 # %% [test] test_RMSNorm_random 1
-chk.check_RMSNorm_random(RMSNorm, seed=0, cases=[((4, 6, 16), 1e-6)])
+chk.test_RMSNorm_random(RMSNorm)
 ### BEGIN HIDDEN TESTS
-chk.check_RMSNorm_random(RMSNorm, seed=4242, cases=[((3, 7), 1e-5), ((2, 5, 9), 1e-3),
-                                                    ((1, 2, 3, 24), 1e-6)])
+chk.test_RMSNorm_random(RMSNorm, seed=4242)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -222,18 +219,15 @@ def apply_rope(x, offset=0, base=10000.0):
     ### END SOLUTION
 
 # %% [test] test_apply_rope_basic 2
-chk.check_rope_basic(apply_rope)
+chk.test_apply_rope_basic(apply_rope)
 
 # %% [test] test_apply_rope_relative 2
-chk.check_rope_relative(apply_rope)
+chk.test_apply_rope_relative(apply_rope)
 
 # %% [test] test_apply_rope_random 2
-chk.check_rope_random(apply_rope, seed=0, cases=[((2, 3, 10, 8), 0, 10000.0, torch.float32)])
+chk.test_apply_rope_random(apply_rope)
 ### BEGIN HIDDEN TESTS
-chk.check_rope_random(apply_rope, seed=2718,
-                      cases=[((7, 16), 5, 10000.0, torch.float32), ((2, 1, 12), 40, 500.0, torch.float64),
-                             ((1, 4, 6, 32), 17, 10000.0, torch.float32), ((3, 2), 63, 100.0, torch.float32),
-                             ((2, 2, 9, 4), 0, 10000.0, torch.float64)])
+chk.test_apply_rope_random(apply_rope, seed=2718)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -345,13 +339,12 @@ class SwiGLU(nn.Module):
         ### END SOLUTION
 
 # %% [test] test_SwiGLU_structure 1
-chk.check_swiglu_structure(SwiGLU)
+chk.test_SwiGLU_structure(SwiGLU)
 
 # %% [test] test_SwiGLU_matches 2
-chk.check_swiglu_matches(SwiGLU, seed=0, cases=[(2, 5, 16, 40, False)])
+chk.test_SwiGLU_matches(SwiGLU)
 ### BEGIN HIDDEN TESTS
-chk.check_swiglu_matches(SwiGLU, seed=3141, cases=[(3, 7, 24, 64, False), (1, 1, 8, 12, True),
-                                                   (4, 2, 32, 86, True)])
+chk.test_SwiGLU_matches(SwiGLU, seed=3141)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -465,22 +458,18 @@ class GroupedQueryAttention(nn.Module):
         ### END SOLUTION
 
 # %% [test] test_GroupedQueryAttention_structure 1
-chk.check_gqa_structure(GroupedQueryAttention)
+chk.test_GroupedQueryAttention_structure(GroupedQueryAttention)
 
 # %% [test] test_GroupedQueryAttention_matches_torch 3
-chk.check_gqa_matches_torch(GroupedQueryAttention, seed=0, cases=[(2, 6, 32, 8, 2)])
+chk.test_GroupedQueryAttention_matches_torch(GroupedQueryAttention)
 ### BEGIN HIDDEN TESTS
-chk.check_gqa_matches_torch(GroupedQueryAttention, seed=1729,
-                            cases=[(3, 9, 24, 6, 3), (1, 1, 16, 4, 1), (2, 11, 32, 4, 4),
-                                   (2, 7, 48, 12, 4)])
+chk.test_GroupedQueryAttention_matches_torch(GroupedQueryAttention, seed=1729)
 ### END HIDDEN TESTS
 
 # %% [test] test_GroupedQueryAttention_cache 2
-chk.check_gqa_cache(GroupedQueryAttention, seed=0, cases=[(2, 9, 32, 8, 2, (4, 1, 4))])
+chk.test_GroupedQueryAttention_cache(GroupedQueryAttention)
 ### BEGIN HIDDEN TESTS
-chk.check_gqa_cache(GroupedQueryAttention, seed=6502,
-                    cases=[(3, 12, 24, 6, 2, (1, 1, 1, 9)), (1, 10, 16, 4, 1, (7, 3)),
-                           (2, 8, 32, 4, 4, (2, 2, 4))])
+chk.test_GroupedQueryAttention_cache(GroupedQueryAttention, seed=6502)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -613,21 +602,18 @@ class ModernDecoderLM(nn.Module):
         ### END SOLUTION
 
 # %% [test] test_ModernDecoderLM_structure 2
-chk.check_lm_structure(ModernDecoderLM)
+chk.test_ModernDecoderLM_structure(ModernDecoderLM)
 
 # %% [test] test_ModernDecoderLM_matches_torch 3
-chk.check_lm_matches_torch(ModernDecoderLM, seed=0, cases=[(13, 32, 2, 4, 2, 48, 2, 7, True)])
+chk.test_ModernDecoderLM_matches_torch(ModernDecoderLM)
 ### BEGIN HIDDEN TESTS
-chk.check_lm_matches_torch(ModernDecoderLM, seed=8086,
-                           cases=[(7, 24, 3, 6, 3, 40, 3, 11, True), (31, 16, 1, 4, 1, 24, 1, 1, False),
-                                  (19, 32, 2, 8, 8, 64, 2, 20, True)])
+chk.test_ModernDecoderLM_matches_torch(ModernDecoderLM, seed=8086)
 ### END HIDDEN TESTS
 
 # %% [test] test_ModernDecoderLM_cache 2
-chk.check_lm_cache(ModernDecoderLM, seed=0, cases=[(13, 32, 2, 4, 2, 48, 2, 10, (4, 1, 1, 4))])
+chk.test_ModernDecoderLM_cache(ModernDecoderLM)
 ### BEGIN HIDDEN TESTS
-chk.check_lm_cache(ModernDecoderLM, seed=6809,
-                   cases=[(9, 24, 3, 6, 2, 40, 3, 14, (1, 1, 5, 1, 6)), (21, 16, 1, 4, 1, 24, 1, 9, (7, 2))])
+chk.test_ModernDecoderLM_cache(ModernDecoderLM, seed=6809)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -752,17 +738,15 @@ def top_p_filter(logits, top_p):
     ### END SOLUTION
 
 # %% [test] test_top_p_filter_basic 2
-chk.check_top_p_basic(top_p_filter)
+chk.test_top_p_filter_basic(top_p_filter)
 
 # %% [test] test_top_p_filter_top_token 1
-chk.check_top_p_top_token(top_p_filter)
+chk.test_top_p_filter_top_token(top_p_filter)
 
 # %% [test] test_top_p_filter_random 2
-chk.check_top_p_random(top_p_filter, seed=0, cases=[((3, 10), 0.75, 2.0)])
+chk.test_top_p_filter_random(top_p_filter)
 ### BEGIN HIDDEN TESTS
-chk.check_top_p_random(top_p_filter, seed=7777,
-                       cases=[((5, 50), 0.9, 3.0), ((2, 3, 17), 0.3, 1.0), ((1, 100), 0.55, 0.5),
-                              ((4, 2), 0.6, 2.5), ((6, 33), 0.97, 4.0)])
+chk.test_top_p_filter_random(top_p_filter, seed=7777)
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -4,12 +4,14 @@
 Values are compared with the reference; outputs must keep the input's dtype (a float64 probe
 catches a hard-coded float32). The memory cells record the shape of every tensor the student's
 `flash_attention` creates (`call(..., shapes=True)`) and fail when one holds an (Lq, Lk) score or
-mask matrix for one (batch, head) slice, with the rule of `checks.efficient_attention.
-full_matrix_tensors`: the batch axes (as they are, or flattened into one) are left out, and a
-tensor with (Lq, Lk) or (Lk, Lq) as its last two axes, or Lq * Lk elements or more per slice,
-counts. The reference's recorded shapes are ignored. The online softmax's blocks probe also
-judges `.reduced` (the size of every reduction over the last axis, which must not exceed the
-block size) once the probe machine captures it."""
+mask matrix for one (batch, head) slice, with the rule of `full_matrix` (tests/test_memtrack
+applies it to `tfscratch.memtrack`'s recorder too): the batch axes (as they are, or flattened
+into one) are left out, and a tensor with (Lq, Lk) or (Lk, Lq) as its last two axes, or Lq * Lk
+elements or more per slice, counts. The reference's recorded shapes are ignored. The online
+softmax's blocks probe also judges `.reduced` (the size of every reduction over the last axis,
+which must not exceed the block size). The diagnoses recompute the usual mistakes (a running sum
+that is not rescaled, the rescale factor inverted, the causal mask not offset per block, ...) on
+the same inputs."""
 
 ASSIGNMENT = "10_efficient_attention"
 import math
@@ -17,7 +19,7 @@ import math
 import numpy as np
 import torch
 
-from .engine import Exercise, Probe, call, given, randn
+from .engine import Exercise, Probe, call, given, like, randn, when
 
 
 # -- inputs -----------------------------------------------------------------------------------
@@ -84,9 +86,9 @@ def _keep_dtype(key, got, want):
     return "default"
 
 
-def _full_matrix(shapes, batch, Lq, Lk):
-    """The recorded shapes holding an (Lq, Lk) matrix for one (batch, head) slice, as
-    `checks.efficient_attention.full_matrix_tensors` counts them."""
+def full_matrix(shapes, batch, Lq, Lk):
+    """The recorded shapes (rows padded with 0 to 6 axes) holding an (Lq, Lk) matrix for one
+    (batch, head) slice."""
     n_batch, bad = math.prod(batch), []
     for row in np.asarray(shapes).reshape(-1, 6):
         nz = np.flatnonzero(row)
@@ -110,7 +112,7 @@ def _no_full_matrix(cases):
         batch, Lq, Lk, bs = cases[int(key.rsplit(".", 2)[-2])]
         if bs >= Lk:
             return None
-        bad = _full_matrix(got, batch, Lq, Lk)
+        bad = full_matrix(got, batch, Lq, Lk)
         if not bad:
             return None
         return (f"with Lq={Lq}, Lk={Lk}, batch axes {tuple(batch)} and block_size={bs}, your "
@@ -124,10 +126,9 @@ def _no_full_matrix(cases):
 
 def _one_block_at_a_time(block_sizes):
     """A compare hook for the blocks probe: `block_sizes[i]` is call i's block size. For a call
-    that records shapes, the probe machine is asked (not yet done: vm's `_Shapes` records output
-    shapes only) to capture `.reduced`, the input's size along the last axis of every reduction
-    over that axis; none may exceed the block size (a max over the whole row first is the
-    two-pass softmax, not the online one). Without that capture only the values are judged."""
+    that records shapes, the probe machine captures `.reduced`, the input's size along the
+    last axis of every reduction over that axis; none may exceed the block size (a max over
+    the whole row first is the two-pass softmax, not the online one)."""
     def compare(key, got, want):
         if not key.endswith(".reduced"):
             return _keep_dtype(key, got, want)
@@ -156,8 +157,154 @@ def _cases(table):
     return [(b, Lq, Lk, bs) for b, Lq, Lk, _, _, bs, _ in table]
 
 
+# -- diagnoses: the known mistakes, recomputed on the probe's inputs (float64) ----------------
+
+def _online(x, block_size, bug=""):
+    """The online softmax with one known mistake."""
+    x = x.double()
+    N, bs = x.size(-1), block_size
+    starts = list(range(0, N - bs + 1, bs)) if bug == "missing tail" else list(range(0, N, bs))
+    if bug == "block local":
+        return torch.cat([torch.softmax(x[..., s:s + bs], -1) for s in starts], -1)
+    m = torch.full(x.shape[:-1] + (1,), torch.finfo(x.dtype).min, dtype=x.dtype)
+    l = torch.zeros_like(m)
+    for s in starts:
+        b = x[..., s:s + bs]
+        m_new = torch.maximum(m, b.amax(-1, keepdim=True))
+        if bug == "no rescale":
+            l = l + (b - m_new).exp().sum(-1, keepdim=True)
+        elif bug == "inverted":
+            l = l * (m_new - m).exp() + (b - m_new).exp().sum(-1, keepdim=True)
+        elif bug == "own max":
+            l = l + (b - b.amax(-1, keepdim=True)).exp().sum(-1, keepdim=True)
+        else:
+            l = l * (m - m_new).exp() + (b - m_new).exp().sum(-1, keepdim=True)
+        m = m_new
+    if bug == "last block max":
+        m = x[..., starts[-1]:].amax(-1, keepdim=True)
+    return (x - m).exp() / l
+
+
+def _online_like(message, bug):
+    return like(message, lambda x, block_size: _online(x, block_size, bug))
+
+
+def _nan_rows(e, with_inf):
+    """Some output row has NaN or inf, and every such row does (with_inf) or does not hold -inf."""
+    found = False
+    for ci in range(len(e.pd["calls"])):
+        g = e.out(ci)
+        if g is None:
+            continue
+        x = e.args(ci)[0][0].numpy()
+        bad, masked = ~np.isfinite(g).all(-1), np.isneginf(x).any(-1)
+        if (bad & (masked != with_inf)).any():
+            return False
+        found = found or bad.any()
+    return bool(found)
+
+
+def _dtype(what):
+    return when(f"{what} returned another dtype than its input's: keep the input's dtype (no "
+                ".float() or float32 buffers at the end).", lambda e: "for float" in e.problem
+                and "keep the input's dtype" in e.problem)
+
+
+SOFTMAX_DIAGNOSES = [
+    _dtype("online_softmax"),
+    when("with block_size smaller than the row, your code reduced the whole last axis at once (a "
+         "max or sum over the whole row first is the two-pass softmax, not the online one): visit "
+         "the row in blocks, folding each block's max and sum into a running max and sum.",
+         lambda e: "at once" in e.problem),
+    _online_like("the running sum is not rescaled when the max grows. When a block raises the max "
+                 "from m_old to m_new, the terms already summed were exp(x - m_old): multiply the "
+                 "running sum by exp(m_old - m_new) before adding the new block.", "no rescale"),
+    _online_like("the rescale factor is inverted: exp(m_new - m_old) instead of exp(m_old - m_new). "
+                 "The old terms exp(x - m_old) must SHRINK to exp(x - m_new), so the factor is <= 1.",
+                 "inverted"),
+    _online_like("each block is normalised on its own (a softmax per block): the blocks must share "
+                 "one running max and one running sum over the whole row.", "block local"),
+    _online_like("the last, shorter block is never visited: when block_size does not divide the "
+                 "length, range(0, N, block_size) still reaches the tail; N // block_size blocks do "
+                 "not.", "missing tail"),
+    _online_like("each block's sum uses that block's own max and the sums are added without "
+                 "rescaling: bring every term to the common running max with exp(m_old - m_new).",
+                 "own max"),
+    _online_like("the output subtracts the max of the LAST block, not the running max of the whole "
+                 "row: use the final running max m in exp(x - m) / l.", "last block max"),
+    when("NaN in rows that hold -inf: a block in which every entry is -inf has max -inf, and "
+         "exp(-inf - (-inf)) = exp(nan). Start the running max at the lowest finite value "
+         "(torch.finfo(x.dtype).min) instead of -inf, or guard the rescale factor.",
+         lambda e: _nan_rows(e, with_inf=True)),
+    when("NaN or inf in rows without -inf: exp overflowed. Subtract the running max inside every "
+         "block, and rescale the old sum by exp(m_old - m_new) (<= 1).",
+         lambda e: _nan_rows(e, with_inf=False)),
+]
+
+
+def _flash_var(q, k, v, block_size=64, causal=False, bug=""):
+    """Blockwise attention with one known mistake."""
+    q, k, v = q.double(), k.double(), v.double()
+    Lq, Lk = q.size(-2), k.size(-2)
+    scale = {"scale dv": 1 / math.sqrt(v.size(-1)), "no scale": 1.0,
+             "scale d": 1 / q.size(-1)}.get(bug, 1 / math.sqrt(q.size(-1)))
+    m = torch.full(q.shape[:-1] + (1,), torch.finfo(q.dtype).min, dtype=q.dtype)
+    l = torch.zeros_like(m)
+    acc = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=q.dtype)
+    qp = torch.arange(Lq)[:, None]
+    for s in range(0, Lk, block_size):
+        kb, vb = k[..., s:s + block_size, :], v[..., s:s + block_size, :]
+        sc = q @ kb.transpose(-2, -1) * scale
+        if causal and bug != "ignores causal":
+            kp = torch.arange(kb.size(-2))[None, :] + (0 if bug == "local causal" else s)
+            blocked = {"strict causal": kp >= qp, "inverted causal": kp < qp}.get(bug, kp > qp)
+            sc = sc.masked_fill(blocked, float("-inf"))
+        m_new = torch.maximum(m, sc.amax(-1, keepdim=True))
+        p = (sc - m_new).exp()
+        alpha = (m_new - m).exp() if bug == "inverted" else (m - m_new).exp()
+        l = (l if bug == "no l rescale" else l * alpha) + p.sum(-1, keepdim=True)
+        acc = (acc if bug == "no acc rescale" else acc * alpha) + p @ vb
+        m = m_new
+    return acc if bug == "no division" else acc / l
+
+
+def _flash_like(message, bug, causal_only=False):
+    def fn(q, k, v, block_size=64, causal=False):
+        return None if causal_only and not causal else _flash_var(q, k, v, block_size, causal, bug)
+    return like(message, fn)
+
+
+FLASH_DIAGNOSES = [
+    _dtype("flash_attention"),
+    when("flash_attention's output does not require grad: keep the computation differentiable (no "
+         ".detach(), torch.no_grad() or .item() inside).", lambda e: "does not require grad" in e.error),
+    _flash_like("the scores are divided by sqrt(d_v), the size of the values; the scale is "
+                "1/sqrt(d_k) with d_k = q.size(-1), the size of queries and keys.", "scale dv"),
+    _flash_like("the scores are not divided by sqrt(d_k).", "no scale"),
+    _flash_like("the scores are divided by d_k, not sqrt(d_k).", "scale d"),
+    _flash_like("the output accumulator is not rescaled when the running max grows: acc = acc * "
+                "exp(m_old - m_new) + p @ v_block (the running sum gets the same factor).",
+                "no acc rescale"),
+    _flash_like("the running sum is not rescaled when the max grows: l = l * exp(m_old - m_new) + "
+                "p.sum(-1) (the same factor as the accumulator).", "no l rescale"),
+    _flash_like("the rescale factor is inverted: exp(m_new - m_old) instead of exp(m_old - m_new).",
+                "inverted"),
+    _flash_like("the accumulator is never divided by the running sum l at the end.", "no division"),
+    _flash_like("the causal mask compares query positions with key positions counted inside the "
+                "block (0..b-1): offset the key positions by the block's start.", "local causal",
+                causal_only=True),
+    _flash_like("the causal mask hides the diagonal too: query i may attend to key i (mask key j "
+                "only when j > i).", "strict causal", causal_only=True),
+    _flash_like("the causal mask is inverted: it hides the past and keeps the future (mask key j "
+                "when j > i).", "inverted causal", causal_only=True),
+    _flash_like("causal=True is ignored: every query sees every key.", "ignores causal",
+                causal_only=True),
+]
+
+
 EXERCISES = [
-    Exercise("online_softmax", ref="efficient_attention.online_softmax", probes=[
+    Exercise("online_softmax", ref="efficient_attention.online_softmax", shortcuts=("online_softmax",),
+             diagnose=SOFTMAX_DIAGNOSES, probes=[
         Probe("values", ("test_online_softmax_values",),
               [call(_ramp(4, 10), 3), call(_ramp(2, 3, 16), 4), call(_ramp(7, 33, scale=9.0), 6),
                call(_ramp(2, 2, 5, scale=9.0), 2), call(_ramp(50, scale=9.0), 7)],
@@ -187,7 +334,8 @@ EXERCISES = [
               compare=_keep_dtype, atol=1e-10, rtol=1e-8,
               what="float64 inputs (the result keeps the dtype)"),
     ]),
-    Exercise("flash_attention", ref="efficient_attention.flash_attention", probes=[
+    Exercise("flash_attention", ref="efficient_attention.flash_attention", shortcuts=("flash_attention",),
+             diagnose=FLASH_DIAGNOSES, probes=[
         Probe("values", ("test_flash_attention_values",),
               [_flash((2,), 24, 24, 8, 8, 8, False), _flash((2, 3), 10, 21, 8, 5, 4, False),
                _flash((), 9, 30, 6, 3, 7, False), _flash((2, 2), 17, 17, 5, 9, 16, False),

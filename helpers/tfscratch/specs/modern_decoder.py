@@ -6,14 +6,22 @@ Cached calls pass the cache of one call into the next (`prev(i, "1")`); their ou
 compared with the reference's, which equal one full pass over the same tokens (a call 0 in the
 same probe makes that full pass). Sequences cut into chunks are slices of ONE drawn sequence.
 RoPE stays at positions <= 64 (float32 angles drift past that); `top_p` is kept away from
-ties and from cumulative sums that equal it (the logits are redrawn until they are)."""
+ties and from cumulative sums that equal it (the logits are redrawn until they are).
+
+The diagnoses recompute the known mistakes on the probe's inputs with the reference's weights;
+for the cached probes, `_seq_like` replays the whole chain of calls, each mistake feeding its
+own cache to the next call."""
 
 ASSIGNMENT = "09_modern_decoder"
 import dataclasses
+import math
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
-from .engine import Exercise, Input, Probe, call, ctor, given, label, prev, randn
+from . import vm
+from .engine import Exercise, Input, Probe, call, ctor, given, label, like, prev, randn, when
 
 ROPE_ATOL = 5e-5   # float32 angles at positions up to 64 (COURSE_SPEC 09/10 test ranges)
 
@@ -129,10 +137,441 @@ def _nucleus(shape, top_p, scale=1.0, boost=0.0, margin=1e-3):
     return Input(build, f"logits{tuple(shape)}")
 
 
+# -- diagnoses: the known mistakes, recomputed on the probe's inputs ------------------------
+
+def _names(e):
+    """The parameter names of the student's module (None when it was not built)."""
+    ps = e.meta("params")
+    return None if ps is None else [n for n, _ in ps]
+
+
+def _extra(e):
+    """Parameters the student's module has and the specification's does not."""
+    want = {n for n, _ in e.ref().named_parameters()}
+    return [n for n in (_names(e) or []) if n not in want]
+
+
+def _missing(e, name):
+    ns = _names(e)
+    return f"no parameter named {name!r}" in e.error or (ns is not None and name not in ns)
+
+
+def _in_place(e):
+    return "updated in place" in e.problem
+
+
+def _lin(m, t):
+    return F.linear(t, m.weight.double(), None if m.bias is None else m.bias.double())
+
+
+def _leaves(out, path=""):
+    """(path, tensor) for every tensor of a nested output: "0", "1.0", "1.1", ..."""
+    if isinstance(out, torch.Tensor):
+        yield path, out
+    elif isinstance(out, (tuple, list)):
+        for i, o in enumerate(out):
+            yield from _leaves(o, f"{path}.{i}" if path else str(i))
+
+
+def _seq_like(message, fn, probes=()):
+    """like() for probes whose calls pass an earlier output on (a KV cache): fn(ref, *args,
+    **kwargs) runs every call in order, a `prev` taken from fn's OWN earlier result, and every
+    tensor it returns (output and cache) must equal the student's, on every call (fn returning
+    None: not this mistake)."""
+    def pred(e):
+        ref, ctx, mine, n = e.ref(), vm._Ctx(e.tensors, {}), {}, 0
+        for ci, c in enumerate(e.pd["calls"]):
+            if c.get("raises"):
+                continue
+            args = [ctx.value(a) for a in c["args"]]
+            kwargs = {k: vm._get(mine[v["$prev"][0]], v["$prev"][1])
+                      if isinstance(v, dict) and "$prev" in v else ctx.value(v)
+                      for k, v in c["kwargs"].items()}
+            with torch.no_grad():
+                mine[ci] = r = fn(ref, *args, **kwargs)
+            if r is None:
+                return False
+            for path, t in _leaves(r):
+                g, t = e.out(ci, path), t.detach().double().numpy()
+                if g is None or g.shape != t.shape or not np.allclose(g, t, atol=1e-4, rtol=1e-3,
+                                                                      equal_nan=True):
+                    return False
+            n += 1
+        return n > 0
+    return when(message, pred, probes)
+
+
+# rms_norm / RMSNorm
+def _ms(x, dim=-1):
+    return x.double().pow(2).mean(dim, keepdim=True)
+
+
+def _rms(x, weight=None, eps=1e-6):
+    return x.double() / (_ms(x) + eps).sqrt() * (1.0 if weight is None else weight.double())
+
+
+def _rms_like(message, norm, weighted=False):
+    """rms_norm's output when x is divided by norm(x, eps) (then times the weight)."""
+    def fn(x, weight=None, eps=1e-6):
+        if weighted and weight is None:
+            return None
+        return x.double() / norm(x.double(), eps) * (1.0 if weight is None else weight.double())
+    return like(message, fn)
+
+
+def _dtype(what):
+    return when(f"{what} returned another dtype than its input's: compute in float64 if you like, "
+                "but cast the result back (.to(x.dtype)).", lambda e: "has dtype" in e.problem)
+
+
+RMS_DIAGNOSES = [
+    _dtype("rms_norm"),
+    _rms_like("eps is missing: a row of zeros gives 0/0 = NaN and tiny inputs are blown up. Keep "
+              "eps inside the square root: x / sqrt(mean(x**2) + eps).", lambda x, eps: _ms(x).sqrt()),
+    like("you subtracted the mean: that is LayerNorm (without its bias). RMSNorm divides x itself "
+         "by sqrt(mean(x**2) + eps), with no centring.",
+         lambda x, weight=None, eps=1e-6: _rms(x - x.mean(-1, keepdim=True), weight, eps)),
+    _rms_like("you divided by the standard deviation (x.std / x.var subtract the mean). RMSNorm uses "
+              "the root mean square sqrt(mean(x**2) + eps) of x itself.",
+              lambda x, eps: (x.var(-1, keepdim=True, unbiased=False) + eps).sqrt()),
+    _rms_like("you divided by the standard deviation (x.std / x.var subtract the mean, here even with "
+              "d - 1). RMSNorm uses the root mean square sqrt(mean(x**2) + eps) of x itself.",
+              lambda x, eps: (x.var(-1, keepdim=True) + eps).sqrt()),
+    _rms_like("eps is outside the square root: use sqrt(mean(x**2) + eps), as nn.RMSNorm does, not "
+              "sqrt(mean(x**2)) + eps.", lambda x, eps: _ms(x).sqrt() + eps),
+    _rms_like("the square root is missing: divide by sqrt(mean(x**2) + eps), the ROOT mean square, "
+              "not by the mean square itself.", lambda x, eps: _ms(x) + eps),
+    _rms_like("you divided by the L2 norm ||x|| instead of the root MEAN square ||x|| / sqrt(d): use "
+              "mean, not sum, of x**2.", lambda x, eps: (x.pow(2).sum(-1, keepdim=True) + eps).sqrt()),
+    _rms_like("you averaged x**2 with d - 1 in the denominator; RMSNorm averages over d (a plain mean).",
+              lambda x, eps: (x.pow(2).sum(-1, keepdim=True) / (x.shape[-1] - 1) + eps).sqrt()),
+    _rms_like("the mean of x**2 is taken over the wrong axis: normalise over the LAST axis "
+              "(features), dim=-1 with keepdim=True.", lambda x, eps: (_ms(x, 0) + eps).sqrt()),
+    _rms_like("the mean of x**2 is taken over every element at once: normalise each vector over the "
+              "last axis only (dim=-1, keepdim=True).", lambda x, eps: (x.pow(2).mean() + eps).sqrt()),
+    like("the weight was not applied: multiply the normalised x by weight (the learnable gain, "
+         "shape (d,)).", lambda x, weight=None, eps=1e-6: None if weight is None else _rms(x, None, eps)),
+    like("the weight was ADDED; it is a gain: multiply by it.",
+         lambda x, weight=None, eps=1e-6: None if weight is None else _rms(x, None, eps) + weight),
+    when("the result has NaN where the expected values are finite (a row of zeros?): keep eps "
+         "inside the square root, x / sqrt(mean(x**2) + eps).",
+         lambda e: any((np.isnan(g) & ~np.isnan(w)).any() for g, w in e.outs())),
+]
+
+
+def _gain_not_ones(e):
+    """The output is the normalised x times one fixed gain per feature, and that gain is not 1."""
+    (x,), _ = e.args(0)
+    n = e.ref()(x).detach().double().numpy()        # as built: the reference's gain is ones
+    r = (np.asarray(e.out(0), dtype=np.float64) / n).reshape(-1, n.shape[-1])
+    return np.allclose(r, r[:1], rtol=1e-3, atol=1e-3) and not np.allclose(r[0], 1.0, atol=1e-3)
+
+
+def _other_default_eps(e):
+    return any(e.matches(lambda ref, x, eps=eps: _rms(x, ref.weight, eps))
+               for eps in (1e-5, 1e-8, 1e-12, 1e-4, 0.0))
+
+
+RMSNORM_DIAGNOSES = [
+    when("RMSNorm has no parameter `weight`: keep the gain as self.weight = nn.Parameter(torch.ones(d)), "
+         "named like nn.RMSNorm's.", lambda e: _missing(e, "weight")),
+    when("RMSNorm has a parameter `bias`: RMSNorm has no bias (that is one of the things it drops); "
+         "keep only the gain `weight`.", lambda e: any("bias" in n for n in _extra(e))),
+    when("RMSNorm.weight does not start at ones: initialise it to ones (the identity gain), as "
+         "nn.RMSNorm does.", _gain_not_ones, probes=("as built",)),
+    when("RMSNorm(d) used another eps by default; the default is eps=1e-6 (the signature "
+         "RMSNorm(d, eps=1e-6)).", _other_default_eps, probes=("as built",)),
+    like("the eps given to RMSNorm(d, eps) was not used: keep it (self.eps = eps) and pass it to "
+         "rms_norm.", lambda ref, x: None if ref.eps == 1e-6 else _rms(x, ref.weight, 1e-6),
+         probes=("random", "random eps")),
+    when("no gradient reached RMSNorm.weight: use the parameter itself in forward (not a copy, "
+         ".data or a plain tensor).",
+         lambda e: "is missing" in e.problem and "gradient of parameter `weight`" in e.problem),
+    like("you multiplied x by the weight before normalising, so the gain cancels out: normalise "
+         "first, then multiply the normalised x by self.weight.",
+         lambda ref, x: _rms(x * ref.weight, None, ref.eps), probes=("weight", "random", "random eps")),
+]
+
+
+# apply_rope
+def _rope(x, offset=0, base=10000.0, layout="pairs", exponent=2.0, sign=1.0, start=0, use_offset=True):
+    """RoPE with the switches of known mistakes (float64)."""
+    L, D = x.shape[-2:]
+    h = D // 2
+    inv = base ** (-exponent * torch.arange(h, dtype=torch.float64) / D)
+    pos = torch.arange(L, dtype=torch.float64) + start + (offset if use_offset else 0)
+    theta = sign * torch.outer(pos, inv)
+    c, s = theta.cos(), theta.sin()
+    x = x.double()
+    a, b = (x[..., :h], x[..., h:]) if layout == "half" else (x[..., 0::2], x[..., 1::2])
+    if layout == "pairs":
+        return torch.stack([a * c - b * s, a * s + b * c], -1).flatten(-2)
+    return torch.cat([a * c - b * s, a * s + b * c], -1)
+
+
+def _rope_like(message, **kw):
+    def fn(x, offset=0, base=10000.0):
+        return None if offset == 0 and not kw.get("use_offset", True) else _rope(x, offset, base, **kw)
+    return like(message, fn)
+
+
+ROPE_DIAGNOSES = [
+    when("apply_rope wrote the rotation into its input x (in place): build the result as a new "
+         "tensor (torch.stack / torch.cat) and leave x unchanged.", _in_place),
+    _dtype("apply_rope"),
+    _rope_like("you used the half-split ('rotate half') layout, pairing feature i with i + D/2. This "
+               "exercise pairs neighbours (2i, 2i+1): a, b = x[..., 0::2], x[..., 1::2].", layout="half"),
+    _rope_like("the rotated pairs are concatenated as [all first halves, all second halves]; put each "
+               "rotated pair back at (2i, 2i+1) (stack on a new last axis, then flatten).", layout="sorted"),
+    _rope_like("wrong frequency exponent: pair i rotates with base**(-2i/D), and you used base**(-i/D) "
+               "(i counts pairs, so the exponent is 2i/D, i.e. torch.arange(0, D, 2) / D).", exponent=1.0),
+    _rope_like("wrong frequency exponent: pair i rotates with base**(-2i/D), and you used "
+               "base**(-4i/D) (arange(0, D, 2) divided by D/2 counts the 2 twice).", exponent=4.0),
+    _rope_like("the frequency exponent has the wrong sign: base**(-2i/D) (slower for later pairs), "
+               "not base**(+2i/D).", exponent=-2.0),
+    _rope_like("the rotation goes the wrong way: (a, b) -> (a cos t - b sin t, a sin t + b cos t); you "
+               "have the signs of the sin terms swapped (a rotation by -t).", sign=-1.0),
+    _rope_like("`offset` was ignored: row j sits at position offset + j (new tokens come after the "
+               "cached ones).", use_offset=False),
+    _rope_like("positions start at 1: row j sits at position offset + j, so the first row of an "
+               "offset-0 call is not rotated at all.", start=1),
+]
+
+
+# SwiGLU
+def _ffn(message, h):
+    def fn(ref, x):
+        x = x.double()
+        return _lin(ref.down, h(_lin(ref.gate, x), _lin(ref.up, x)))
+    return like(message, fn)
+
+
+SWIGLU_DIAGNOSES = [
+    when("SwiGLU has no `gate` layer: keep the three nn.Linear layers named gate, up and down, as "
+         "the exercise says, so that their weights can be loaded by name.",
+         lambda e: _missing(e, "gate.weight")),
+    when("SwiGLU has a bias although bias=False (the default): pass bias=bias to nn.Linear. "
+         "LLaMA-style layers have no biases.", lambda e: any(n.endswith("bias") for n in _extra(e))),
+    when("SwiGLU has no bias although bias=True was asked for: pass bias=bias to nn.Linear.",
+         lambda e: _missing(e, "gate.bias") and e.ref().gate.bias is not None),
+    _ffn("the SiLU is on the wrong projection: silu(gate(x)) * up(x), not gate(x) * silu(up(x)).",
+         lambda g, u: g * F.silu(u)),
+    _ffn("you used a sigmoid where SwiGLU has silu(z) = z * sigmoid(z): sigmoid gating is the "
+         "original GLU, not SwiGLU.", lambda g, u: torch.sigmoid(g) * u),
+    _ffn("you used GELU; SwiGLU's gate is silu(z) = z * sigmoid(z) (F.silu).", lambda g, u: F.gelu(g) * u),
+    _ffn("you used ReLU; SwiGLU's gate is silu(z) = z * sigmoid(z) (F.silu).", lambda g, u: F.relu(g) * u),
+    _ffn("the gate is missing: down(silu(up(x))) is a plain FFN; multiply by silu(gate(x)).",
+         lambda g, u: F.silu(u)),
+    _ffn("the up projection is missing: down(silu(gate(x))) is a plain FFN; multiply silu(gate(x)) "
+         "by up(x).", lambda g, u: F.silu(g)),
+    _ffn("the SiLU is applied after the product: silu(gate(x)) * up(x), not silu(gate(x) * up(x)).",
+         lambda g, u: F.silu(g * u)),
+    _ffn("you added the two projections; SwiGLU MULTIPLIES silu(gate(x)) by up(x).",
+         lambda g, u: F.silu(g) + u),
+]
+
+
+# GroupedQueryAttention
+def _heads(t, n):
+    B, T, _ = t.shape
+    return t.view(B, T, n, -1).transpose(1, 2)
+
+
+def _gqa(ref, x, cache=None, rep="interleave", rope_q=True, rope_k=True, rope_v=False,
+         rope_first=False, causal=True, scale=None, offset=True, mask="offset", base=None):
+    """The reference attention (its weights) with the switches of known mistakes: (out, (k, v))."""
+    H, Hkv, base = ref.n_heads, ref.n_kv_heads, ref.base if base is None else base
+    B, T, d = x.shape
+    x = x.double()
+    P = 0 if cache is None else cache[0].size(2)
+    pos = P if offset else 0
+    qp, kp, vp = _lin(ref.w_q, x), _lin(ref.w_k, x), _lin(ref.w_v, x)
+    if rope_first:
+        qp, kp = _rope(qp, pos, base), _rope(kp, pos, base)
+    q, k, v = _heads(qp, H), _heads(kp, Hkv), _heads(vp, Hkv)
+    if not rope_first:
+        q = _rope(q, pos, base) if rope_q else q
+        k = _rope(k, pos, base) if rope_k else k
+    if rope_v:
+        v = _rope(v, pos, base)
+    if cache is not None:
+        k, v = torch.cat([cache[0].double(), k], 2), torch.cat([cache[1].double(), v], 2)
+    g = H // Hkv
+    ka, va = ((k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)) if rep == "interleave"
+              else (k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)))
+    s = q @ ka.transpose(-2, -1) * (1 / math.sqrt(d // H) if scale is None else scale)
+    if causal:
+        allowed = torch.ones(T, P + T, dtype=torch.bool).tril(diagonal=P if mask == "offset" else 0)
+        s = s.masked_fill(~allowed, float("-inf"))
+    o = (s.softmax(-1) @ va).transpose(1, 2).reshape(B, T, d)
+    return _lin(ref.w_o, o), (k, v)
+
+
+def _gqa_like(message, **kw):
+    return _seq_like(message, lambda ref, x, cache=None: _gqa(ref, x, cache, **kw))
+
+
+def _cache_per_query_head(e):
+    for g, w in e.outs("1.0"):
+        if g.ndim == 4 and g.shape[1] > w.shape[1] and g.shape[2:] == w.shape[2:]:
+            return True
+    return False
+
+
+GQA_MATCHES = ("gqa", "gqa bias", "base", "mha", "mqa")
+GQA_DIAGNOSES = [
+    when("the cached keys have one copy per QUERY head: cache the keys and values before repeating "
+         "them for the groups, (B, n_kv_heads, T, head_dim); that is what makes the GQA cache small.",
+         _cache_per_query_head),
+    _gqa_like("query heads read the wrong K/V heads: query head h uses K/V head h // (n_heads // "
+              "n_kv_heads), i.e. k.repeat_interleave(group, dim=1) (0,0,1,1), not k.repeat(1, group, "
+              "1, 1) (0,1,0,1).", rep="tile"),
+    _gqa_like("RoPE is missing: rotate the queries and keys with apply_rope (per head, offset = number "
+              "of cached tokens).", rope_q=False, rope_k=False),
+    _gqa_like("RoPE is applied to the queries only: rotate the keys too (scores then depend on the "
+              "distance).", rope_k=False),
+    _gqa_like("RoPE is applied to the keys only: rotate the queries too.", rope_q=False),
+    _gqa_like("RoPE was also applied to the values: rotate only the queries and keys.", rope_v=True),
+    _gqa_like("RoPE was applied over all d_model features before splitting into heads: apply it per "
+              "head, over head_dim (after view(B, T, H, head_dim).transpose(1, 2)).", rope_first=True),
+    _gqa_like("the attention is not causal: query i may read keys 0..i only (a lower-triangular mask "
+              "with the diagonal).", causal=False),
+    _gqa_like("the scores are not scaled: divide them by sqrt(head_dim).", scale=1.0),
+    _seq_like("the scores are scaled by 1/sqrt(d_model); use 1/sqrt(head_dim), the size of one head.",
+              lambda ref, x, cache=None: _gqa(ref, x, cache, scale=1 / math.sqrt(x.size(-1)))
+              if ref.n_heads > 1 else None),
+    _gqa_like("the positions of the new tokens were not offset: with P cached tokens, the new ones "
+              "sit at positions P, P+1, ... (apply_rope(..., offset=P)), not 0, 1, ...", offset=False),
+    _gqa_like("the causal mask over (T, P + T) is a plain tril: new query i sits at position P + i and "
+              "may read keys 0..P+i, tril(diagonal=P).", mask="plain"),
+    like("the cache holds the keys BEFORE RoPE; cache them after the rotation.",
+         lambda ref, x, cache=None: _heads(ref.w_k(x), ref.n_kv_heads) if cache is None else None,
+         out="1.0", probes=GQA_MATCHES),
+    _seq_like("the `base` argument was not passed on to apply_rope (base=self.base).",
+              lambda ref, x, cache=None: _gqa(ref, x, cache, base=10000.0) if ref.base != 10000.0 else None),
+]
+
+
+# ModernDecoderLM
+def _lm(ref, tokens, cache=None, final_norm=True, scale_embed=False, add_pe=False, post_norm=False,
+        head=None, first_cache=False):
+    """The reference model (its weights) with the switches of known mistakes: (logits, cache)."""
+    x = ref.tok_embed(tokens)
+    T, d = tokens.shape[1], x.shape[-1]
+    P = 0 if cache is None else cache[0][0].size(2)
+    if scale_embed:
+        x = x * math.sqrt(d)
+    if add_pe:
+        from ..reference import sinusoidal_positional_encoding
+        x = x + sinusoidal_positional_encoding(P + T, d)[P:]
+    new = []
+    for i, layer in enumerate(ref.layers):
+        c = None if cache is None else cache[0 if first_cache else i]
+        if post_norm:
+            a, kv = layer.self_attn(x, c)
+            x = layer.norm1(x + a)
+            x = layer.norm2(x + layer.ff(x))
+        else:
+            a, kv = layer.self_attn(layer.norm1(x), c)
+            x = x + a
+            x = x + layer.ff(layer.norm2(x))
+        new.append(kv)
+    x = ref.norm(x) if final_norm else x
+    return F.linear(x, ref.lm_head.weight if head is None else head), new
+
+
+def _lm_like(message, **kw):
+    return _seq_like(message, lambda ref, tokens, cache=None: _lm(ref, tokens, cache, **kw))
+
+
+def _copied(e):
+    a, b = e.got("after.lm_head.weight"), e.got("after.tok_embed.weight")
+    return a is not None and b is not None and a.shape == b.shape and np.array_equal(a, b) \
+        and "lm_head.weight" in _extra(e)
+
+
+def _after_not_compared(key, got, want):
+    """Parameters kept for a diagnosis (a copy or a tie?): their random values are not compared."""
+    return None if ".after." in key else "default"
+
+
+LM_DIAGNOSES = [
+    when("lm_head has a bias; use nn.Linear(d_model, vocab_size, bias=False).",
+         lambda e: "lm_head.bias" in _extra(e)),
+    when("the model has bias parameters: this model has no biases (every norm is an RMSNorm with a "
+         "gain only, not nn.LayerNorm, and every nn.Linear has bias=False).",
+         lambda e: any(n.endswith("bias") for n in _extra(e))),
+    when("lm_head.weight is tok_embed.weight although tie_weights=False: tie them only when asked.",
+         lambda e: _missing(e, "lm_head.weight"), probes=("structure untied",)),
+    when("lm_head.weight holds the same numbers as tok_embed.weight, but as two tensors: a copy, not a "
+         "tie, and the two drift apart as soon as training starts. Tie them: self.lm_head.weight = "
+         "self.tok_embed.weight.", _copied, probes=("structure",)),
+    when("lm_head.weight is not tok_embed.weight, so the output layer does not follow the embedding: "
+         "tie them (self.lm_head.weight = self.tok_embed.weight).",
+         lambda e: "lm_head.weight" in _extra(e), probes=("structure",)),
+    _lm_like("the final RMSNorm is missing: logits = lm_head(norm(x)).", final_norm=False),
+    _lm_like("the embeddings are multiplied by sqrt(d_model) (notebook 08's convention); this model "
+             "uses tok_embed(tokens) as it is.", scale_embed=True),
+    _lm_like("a sinusoidal positional encoding is added to the embeddings; with RoPE the positions "
+             "enter only inside attention.", add_pe=True),
+    _lm_like("the blocks are post-norm (norm after the residual sum); use pre-norm: x = x + "
+             "self_attn(norm1(x)), then x = x + ff(norm2(x)).", post_norm=True),
+    _seq_like("the logits come from the embedding matrix although tie_weights=False: use lm_head (its "
+              "own weight when untied).",
+              lambda ref, t, cache=None: None if ref.lm_head.weight is ref.tok_embed.weight
+              else _lm(ref, t, cache, head=ref.tok_embed.weight)),
+    _lm_like("every layer got the same cache: pass cache[i] to layer i (not the same pair to every "
+             "layer) and collect the (k, v) each layer returns.", first_cache=True),
+    when("a call that goes past max_len positions did not raise: check P + T <= max_len in forward "
+         "(assert, or raise ValueError).",
+         lambda e: "should raise an error but returned normally" in e.problem),
+]
+
+
+# top_p_filter
+def _nucleus_like(message, rule="before", fill=float("-inf"), values="logits", descending=True,
+                  back=True, mass="probs"):
+    def fn(logits, top_p):
+        s, order = torch.sort(logits.double(), -1, descending=descending)
+        probs = s.softmax(-1)
+        m = probs if mass == "probs" else s
+        cum = m.cumsum(-1)
+        if rule == "before":
+            remove = cum - m >= top_p
+        else:
+            remove = cum > top_p
+        kept = (s if values == "logits" else probs).masked_fill(remove, fill)
+        return torch.empty_like(kept).scatter(-1, order, kept) if back else kept
+    return like(message, fn)
+
+
+TOP_P_DIAGNOSES = [
+    when("top_p_filter changed the caller's logits in place; return a new tensor (masked_fill or "
+         "scatter into a new one, not logits[...] = ...).", _in_place),
+    _nucleus_like("the token whose probability makes the total reach top_p was dropped (you kept "
+                  "cumsum <= top_p, or < top_p). Keep a token while the mass BEFORE it is below top_p: "
+                  "the set must reach top_p, and the top token is always kept.", rule="after"),
+    when("a row has no token left: the top token must always be kept, even when it alone exceeds "
+         "top_p (keep a token while the mass BEFORE it is below top_p).",
+         lambda e: any(np.isneginf(g).all(-1).any() for g, _ in e.outs())),
+    _nucleus_like("the kept logits are returned in sorted order: scatter them back to their vocabulary "
+                  "positions (out.scatter(-1, sorted_indices, sorted_logits)).", back=False),
+    _nucleus_like("you returned probabilities; return the LOGITS of the kept tokens (and -inf "
+                  "elsewhere), so that softmax afterwards renormalises over the nucleus.", values="probs"),
+    _nucleus_like("the removed tokens were set to 0; set them to -inf (a logit of 0 still has "
+                  "probability after softmax).", fill=0.0),
+    _nucleus_like("you sorted in ascending order: the nucleus is the MOST probable tokens, "
+                  "torch.sort(..., descending=True).", descending=False),
+    _nucleus_like("you summed the sorted LOGITS; the nucleus is defined by the softmax probabilities' "
+                  "cumulative sum.", mass="logits"),
+]
+
+
 # -- the table ------------------------------------------------------------------------------
 
 EXERCISES = [
-    Exercise("rms_norm", ref="modern_decoder.rms_norm", probes=[
+    Exercise("rms_norm", ref="modern_decoder.rms_norm", shortcuts=("rms_norm",),
+             diagnose=RMS_DIAGNOSES, probes=[
         Probe("hand rows", ("test_rms_norm_basic",),
               [call(given(_hand_rows)), call(given(_hand_rows), randn(7))],
               compare=_same_dtype,
@@ -149,7 +588,8 @@ EXERCISES = [
               compare=_same_dtype,
               what="random shapes, float32 and float64, eps 1e-6 to 1e-2, tiny and large scales"),
     ]),
-    Exercise("RMSNorm", ref="modern_decoder.RMSNorm", probes=[
+    Exercise("RMSNorm", ref="modern_decoder.RMSNorm", shortcuts=("rms_norm",),
+             diagnose=RMSNORM_DIAGNOSES, probes=[
         Probe("as built", ("test_RMSNorm_module",), make=ctor(9),
               calls=[call(randn(3, 4, 9, scale=1e-3), grad=(0,), backward=randn(3, 4, 9))],
               param_grads=True, params=True, compare=_same_dtype,
@@ -165,7 +605,7 @@ EXERCISES = [
               calls=[call(randn(1, 2, 3, 20, scale=0.01))],
               compare=_same_dtype, what="RMSNorm(20, eps=1e-4) on a tiny 4-D input"),
     ]),
-    Exercise("apply_rope", ref="modern_decoder.apply_rope", probes=[
+    Exercise("apply_rope", ref="modern_decoder.apply_rope", diagnose=ROPE_DIAGNOSES, probes=[
         Probe("unit pairs", ("test_apply_rope_basic",),
               [call(given(_unit_pairs, "unit pairs"), **_untouched())],
               atol=ROPE_ATOL, compare=_same_dtype,
@@ -190,7 +630,7 @@ EXERCISES = [
               atol=ROPE_ATOL, compare=_same_dtype,
               what="random shapes, offsets up to 62, base 100 and 500, float32 and float64"),
     ]),
-    Exercise("SwiGLU", ref="modern_decoder.SwiGLU", probes=[
+    Exercise("SwiGLU", ref="modern_decoder.SwiGLU", diagnose=SWIGLU_DIAGNOSES, probes=[
         Probe("structure", ("test_SwiGLU_structure",), make=ctor(12, 28), calls=[], params=True,
               what="the parameters of SwiGLU(12, 28): gate, up, down, no biases"),
         Probe("structure bias", ("test_SwiGLU_structure",), make=ctor(12, 28, bias=True), calls=[],
@@ -202,7 +642,8 @@ EXERCISES = [
               calls=[call(randn(4, 3, 8, scale=2.0))], params=True,
               what="SwiGLU(8, 14, bias=True) with random weights and biases"),
     ]),
-    Exercise("GroupedQueryAttention", ref="modern_decoder.GroupedQueryAttention", probes=[
+    Exercise("GroupedQueryAttention", ref="modern_decoder.GroupedQueryAttention",
+             shortcuts=("attention", "multihead"), diagnose=GQA_DIAGNOSES, probes=[
         Probe("structure", ("test_GroupedQueryAttention_structure",), make=ctor(24, 6, 2),
               calls=[call(given(lambda g: torch.zeros(2, 3, 24), "zeros(2, 3, 24)"))], params=True,
               what="GroupedQueryAttention(24, 6, 2): its projections and (out, (k, v)) with one "
@@ -240,9 +681,11 @@ EXERCISES = [
               load="reference", calls=_chunked(lambda a, b: _seq(3, 7, 12, a, b), (3, 4)),
               what="n_kv_heads == n_heads, chunks 3 + 4 through the cache"),
     ]),
-    Exercise("ModernDecoderLM", ref="modern_decoder.ModernDecoderLM", probes=[
+    Exercise("ModernDecoderLM", ref="modern_decoder.ModernDecoderLM",
+             shortcuts=("attention", "multihead", "transformer"), diagnose=LM_DIAGNOSES, probes=[
         Probe("structure", ("test_ModernDecoderLM_structure",), make=ctor(13, 16, 2, 4, 2, 24),
-              calls=[], params=True,
+              calls=[], params=True, after=("lm_head.weight", "tok_embed.weight"),
+              compare=_after_not_compared,
               what="the parameters of ModernDecoderLM(13, 16, 2, 4, 2, 24): lm_head tied to tok_embed "
                    "(one matrix), RMSNorm gains, no biases"),
         Probe("structure untied", ("test_ModernDecoderLM_structure",),
@@ -269,7 +712,7 @@ EXERCISES = [
               calls=_chunked(lambda a, b: _tokens(10, 1, 9, a, b), (2, 5, 2)),
               what="three layers, chunks 2 + 5 + 2 through the cache (each layer its own cache)"),
     ]),
-    Exercise("top_p_filter", ref="modern_decoder.top_p_filter", probes=[
+    Exercise("top_p_filter", ref="modern_decoder.top_p_filter", diagnose=TOP_P_DIAGNOSES, probes=[
         Probe("basic", ("test_top_p_filter_basic",),
               [call(_nucleus((4, 5), p, scale=1.5), p, **_untouched()) for p in (0.6, 0.8, 0.9)]
               + [call(_nucleus((2, 3, 5), 0.7, scale=2.0), 0.7, **_untouched())],
