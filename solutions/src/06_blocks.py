@@ -38,9 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfscratch import plots
+from tfscratch import checks, plots
 from tfscratch import reference as R
-from tfscratch.checks import blocks as chk
 from tfscratch.checks.core import copy_mha_to_torch
 from tfscratch.fallback import pick
 from tfscratch.reference import MultiHeadAttention, make_causal_mask, make_padding_mask
@@ -48,6 +47,8 @@ from tfscratch.widgets import explore
 
 torch.manual_seed(0)
 %matplotlib inline
+
+chk = checks.notebook("06_blocks")  # the graded checks of this notebook
 
 # %% [markdown]
 # ## 1. A layer is two or three sub-layers, each wrapped the same way
@@ -137,17 +138,16 @@ class FeedForward(nn.Module):
         ### END SOLUTION
 
 # %% [test] test_FeedForward_structure 1
-chk.check_feedforward_structure(FeedForward)
+chk.test_FeedForward_structure(FeedForward)
 
 # %% [test] test_FeedForward_values 2
-chk.check_feedforward_values(FeedForward, seed=0, cases=[(2, 5, 8, 20)])
+chk.test_FeedForward_values(FeedForward)
 ### BEGIN HIDDEN TESTS
-chk.check_feedforward_values(FeedForward, seed=313,
-                             cases=[(3, 7, 12, 50), (None, 9, 20, 8), (1, 1, 6, 14)])
+chk.test_FeedForward_values(FeedForward, seed=3131)
 ### END HIDDEN TESTS
 
 # %% [test] test_FeedForward_dropout 1
-chk.check_feedforward_dropout(FeedForward)
+chk.test_FeedForward_dropout(FeedForward)
 
 # %% [markdown]
 # Two facts worth seeing. First, *position-wise* is literal: change one token and only that
@@ -316,20 +316,19 @@ class EncoderLayer(nn.Module):
         ### END SOLUTION
 
 # %% [test] test_EncoderLayer_structure 1
-chk.check_encoder_layer_structure(EncoderLayer)
+chk.test_EncoderLayer_structure(EncoderLayer)
 
 # %% [test] test_EncoderLayer_matches_torch 3
-chk.check_encoder_layer_matches_torch(EncoderLayer, seed=0, cases=[(2, 6, 16, 4, 40)])
+chk.test_EncoderLayer_matches_torch(EncoderLayer)
 ### BEGIN HIDDEN TESTS
-chk.check_encoder_layer_matches_torch(EncoderLayer, seed=4711,
-                                      cases=[(3, 9, 24, 6, 40), (1, 4, 12, 3, 20)])
+chk.test_EncoderLayer_matches_torch(EncoderLayer, seed=4711)
 ### END HIDDEN TESTS
 
 # %% [test] test_EncoderLayer_padding 1
-chk.check_encoder_layer_padding(EncoderLayer)
+chk.test_EncoderLayer_padding(EncoderLayer)
 
 # %% [test] test_EncoderLayer_dropout 1
-chk.check_encoder_layer_dropout(EncoderLayer)
+chk.test_EncoderLayer_dropout(EncoderLayer)
 
 # %% [markdown]
 # ## 5. The encoder: a stack of layers
@@ -396,17 +395,16 @@ class Encoder(nn.Module):
         ### END SOLUTION
 
 # %% [test] test_Encoder_structure 1
-chk.check_encoder_structure(Encoder)
+chk.test_Encoder_structure(Encoder)
 
 # %% [test] test_Encoder_matches_torch 3
-chk.check_encoder_matches_torch(Encoder, seed=0, cases=[(2, 2, 6, 16, 4, 32)])
+chk.test_Encoder_matches_torch(Encoder)
 ### BEGIN HIDDEN TESTS
-chk.check_encoder_matches_torch(Encoder, seed=2024,
-                                cases=[(3, 3, 7, 24, 6, 40), (1, 1, 5, 12, 2, 20)])
+chk.test_Encoder_matches_torch(Encoder, seed=2024)
 ### END HIDDEN TESTS
 
 # %% [test] test_Encoder_padding_dropout 1
-chk.check_encoder_padding_dropout(Encoder)
+chk.test_Encoder_padding_dropout(Encoder)
 
 # %% [markdown]
 # ## 6. Post-norm against pre-norm, measured
@@ -606,23 +604,22 @@ class DecoderLayer(nn.Module):
         ### END SOLUTION
 
 # %% [test] test_DecoderLayer_structure 1
-chk.check_decoder_layer_structure(DecoderLayer)
+chk.test_DecoderLayer_structure(DecoderLayer)
 
 # %% [test] test_DecoderLayer_matches_torch 3
-chk.check_decoder_layer_matches_torch(DecoderLayer, seed=0, cases=[(2, 5, 7, 16, 4, 40)])
+chk.test_DecoderLayer_matches_torch(DecoderLayer)
 ### BEGIN HIDDEN TESTS
-chk.check_decoder_layer_matches_torch(DecoderLayer, seed=8128,
-                                      cases=[(3, 6, 4, 24, 6, 40), (1, 8, 3, 12, 2, 20)])
+chk.test_DecoderLayer_matches_torch(DecoderLayer, seed=8128)
 ### END HIDDEN TESTS
 
 # %% [test] test_DecoderLayer_causal 1
-chk.check_decoder_layer_causal(DecoderLayer)
+chk.test_DecoderLayer_causal(DecoderLayer)
 
 # %% [test] test_DecoderLayer_memory 1
-chk.check_decoder_layer_memory(DecoderLayer)
+chk.test_DecoderLayer_memory(DecoderLayer)
 
 # %% [test] test_DecoderLayer_dropout 1
-chk.check_decoder_layer_dropout(DecoderLayer)
+chk.test_DecoderLayer_dropout(DecoderLayer)
 
 # %% [markdown]
 # ### Seeing causality and cross-attention
@@ -767,17 +764,16 @@ class Decoder(nn.Module):
         ### END SOLUTION
 
 # %% [test] test_Decoder_structure 1
-chk.check_decoder_structure(Decoder)
+chk.test_Decoder_structure(Decoder)
 
 # %% [test] test_Decoder_matches_torch 3
-chk.check_decoder_matches_torch(Decoder, seed=0, cases=[(2, 2, 5, 7, 16, 4, 32)])
+chk.test_Decoder_matches_torch(Decoder)
 ### BEGIN HIDDEN TESTS
-chk.check_decoder_matches_torch(Decoder, seed=99,
-                                cases=[(3, 3, 6, 4, 24, 6, 40), (1, 1, 7, 3, 12, 2, 20)])
+chk.test_Decoder_matches_torch(Decoder, seed=9901)
 ### END HIDDEN TESTS
 
 # %% [test] test_Decoder_causal_memory 1
-chk.check_decoder_causal_memory(Decoder)
+chk.test_Decoder_causal_memory(Decoder)
 
 # %% [markdown]
 # ## 9. The same as PyTorch's layers
