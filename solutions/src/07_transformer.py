@@ -38,10 +38,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfscratch import plots
+from tfscratch import checks, plots
 from tfscratch import reference as R
 from tfscratch import seq2seq as s2s
-from tfscratch.checks import transformer as chk
+from tfscratch.checks.core import copy_mha_to_torch
 from tfscratch.fallback import pick
 from tfscratch.reference import (Decoder, Encoder, PositionalEncoding, make_causal_mask,
                                  make_decoder_mask, make_padding_mask,
@@ -50,6 +50,8 @@ from tfscratch.widgets import explore
 
 torch.manual_seed(0)
 %matplotlib inline
+
+chk = checks.notebook("07_transformer")  # the graded checks of this notebook
 
 # %% [markdown]
 # ## 1. The task: rewriting dates
@@ -247,38 +249,34 @@ class Transformer(nn.Module):
 # Run the checks. Each prints a ✔ line when it passes, or tells you what is wrong.
 
 # %% [test] test_Transformer_shapes 1
-chk.check_transformer_shapes(Transformer)
+chk.test_Transformer_shapes(Transformer)
 
 # %% [test] test_Transformer_init 1
-chk.check_transformer_init(Transformer)
+chk.test_Transformer_init(Transformer)
 
 # %% [test] test_Transformer_embeddings 2
-chk.check_transformer_embeddings(Transformer)
+chk.test_Transformer_embeddings(Transformer)
 
 # %% [test] test_Transformer_causal 2
-chk.check_transformer_causal(Transformer)
+chk.test_Transformer_causal(Transformer)
 ### BEGIN HIDDEN TESTS
-chk.check_transformer_causal(Transformer, seed=313, norm_first=True)
+chk.test_Transformer_causal(Transformer, seed=3131)
 ### END HIDDEN TESTS
 
 # %% [test] test_Transformer_padding 2
-chk.check_transformer_padding(Transformer)
-chk.check_transformer_padding(Transformer, seed=12, pad_id=2)
+chk.test_Transformer_padding(Transformer)
 ### BEGIN HIDDEN TESTS
-chk.check_transformer_padding(Transformer, seed=4711, pad_id=3, V=19, d=24, H=3, n=3, d_ff=40)
+chk.test_Transformer_padding(Transformer, seed=4711)
 ### END HIDDEN TESTS
 
 # %% [test] test_Transformer_matches_torch 3
-chk.check_transformer_against_torch(Transformer, seed=0, cases=[(17, 13, 32, 4, 2, 64, 0, False)])
+chk.test_Transformer_matches_torch(Transformer)
 ### BEGIN HIDDEN TESTS
-chk.check_transformer_against_torch(
-    Transformer, seed=9090,
-    cases=[(23, 19, 48, 6, 3, 80, 0, True), (11, 29, 24, 3, 1, 24, 5, False),
-           (31, 17, 40, 8, 2, 56, 2, True)])
+chk.test_Transformer_matches_torch(Transformer, seed=9090)
 ### END HIDDEN TESTS
 
 # %% [test] test_Transformer_overfit 2
-chk.check_transformer_overfit(Transformer)
+chk.test_Transformer_overfit(Transformer)
 
 # %% [markdown]
 # ### The same model as `nn.Transformer`
@@ -290,13 +288,32 @@ chk.check_transformer_overfit(Transformer)
 # `test_Transformer_matches_torch` checks; here it is done by hand:
 
 # %%
+def copy_transformer_to_torch(model, torch_tf):
+    """Copy the course model's encoder and decoder weights into nn.Transformer (batch_first).
+    nn.Transformer has no embeddings and no generator: those stay in the course model."""
+    pairs = [(model.encoder.norm, torch_tf.encoder.norm), (model.decoder.norm, torch_tf.decoder.norm)]
+    for mine, theirs in zip(model.encoder.layers, torch_tf.encoder.layers):
+        copy_mha_to_torch(mine.self_attn, theirs.self_attn)
+        pairs += [(mine.ff.linear1, theirs.linear1), (mine.ff.linear2, theirs.linear2),
+                  (mine.norm1, theirs.norm1), (mine.norm2, theirs.norm2)]
+    for mine, theirs in zip(model.decoder.layers, torch_tf.decoder.layers):
+        copy_mha_to_torch(mine.self_attn, theirs.self_attn)
+        copy_mha_to_torch(mine.cross_attn, theirs.multihead_attn)
+        pairs += [(mine.ff.linear1, theirs.linear1), (mine.ff.linear2, theirs.linear2),
+                  (mine.norm1, theirs.norm1), (mine.norm2, theirs.norm2), (mine.norm3, theirs.norm3)]
+    with torch.no_grad():
+        for a, b in pairs:  # nn.Linear and nn.LayerNorm: a weight and a bias each
+            b.weight.copy_(a.weight)
+            b.bias.copy_(a.bias)
+
+
 torch.manual_seed(0)
 small = dict(src_vocab=V, tgt_vocab=V, d_model=32, n_heads=4, n_layers=2, d_ff=64)
 mine = pick("Transformer", lambda: Transformer(**small).eval(), lambda: R.Transformer(**small).eval(),
             check=lambda m: m(*test_set.batch(torch.arange(2))))
 theirs = nn.Transformer(d_model=32, nhead=4, num_encoder_layers=2, num_decoder_layers=2,
                         dim_feedforward=64, dropout=0.0, batch_first=True)
-chk.copy_transformer_to_torch(mine, theirs)  # attention, feed-forward and norm weights
+copy_transformer_to_torch(mine, theirs)  # attention, feed-forward and norm weights
 src, tgt = test_set.batch(torch.arange(3))
 with torch.no_grad():
     xs = mine.src_embed(src) * math.sqrt(32) + sinusoidal_positional_encoding(src.size(1), 32)
@@ -436,19 +453,19 @@ def teacher_forcing_loss(model, src, tgt):
     ### END SOLUTION
 
 # %% [test] test_teacher_forcing_loss_value 2
-chk.check_loss_value(teacher_forcing_loss)
+chk.test_teacher_forcing_loss_value(teacher_forcing_loss)
 ### BEGIN HIDDEN TESTS
-chk.check_loss_value(teacher_forcing_loss, seed=2024, pad_id=4)
+chk.test_teacher_forcing_loss_value(teacher_forcing_loss, seed=2024)
 ### END HIDDEN TESTS
 
 # %% [test] test_teacher_forcing_loss_padding 1
-chk.check_loss_padding(teacher_forcing_loss)
+chk.test_teacher_forcing_loss_padding(teacher_forcing_loss)
 ### BEGIN HIDDEN TESTS
-chk.check_loss_padding(teacher_forcing_loss, seed=77, pad_id=7)
+chk.test_teacher_forcing_loss_padding(teacher_forcing_loss, seed=7707)
 ### END HIDDEN TESTS
 
 # %% [test] test_teacher_forcing_loss_gradient 1
-chk.check_loss_gradient(teacher_forcing_loss)
+chk.test_teacher_forcing_loss_gradient(teacher_forcing_loss)
 
 # %% [markdown]
 # ### Label smoothing: don't ask for certainty
@@ -535,32 +552,27 @@ def label_smoothing_cross_entropy(logits, target, smoothing=0.0, ignore_index=-1
     ### END SOLUTION
 
 # %% [test] test_label_smoothing_cross_entropy_value 2
-chk.check_ls_value(label_smoothing_cross_entropy)
+chk.test_label_smoothing_cross_entropy_value(label_smoothing_cross_entropy)
 ### BEGIN HIDDEN TESTS
-chk.check_ls_value(label_smoothing_cross_entropy, seed=1717,
-                   cases=[((20,), 13, 0.1, 5), ((3, 7), 4, 0.5, 1), ((2, 2), 30, 0.05, 29)])
+chk.test_label_smoothing_cross_entropy_value(label_smoothing_cross_entropy, seed=1717)
 ### END HIDDEN TESTS
 
 # %% [test] test_label_smoothing_cross_entropy_ignore 2
-chk.check_ls_ignore(label_smoothing_cross_entropy)
+chk.test_label_smoothing_cross_entropy_ignore(label_smoothing_cross_entropy)
 
 # %% [test] test_label_smoothing_cross_entropy_shapes 1
-chk.check_ls_shapes(label_smoothing_cross_entropy)
+chk.test_label_smoothing_cross_entropy_shapes(label_smoothing_cross_entropy)
 
 # %% [test] test_label_smoothing_cross_entropy_stable 1
-chk.check_ls_stable(label_smoothing_cross_entropy)
+chk.test_label_smoothing_cross_entropy_stable(label_smoothing_cross_entropy)
 
 # %% [test] test_label_smoothing_cross_entropy_gradient 1
-chk.check_ls_gradient(label_smoothing_cross_entropy)
+chk.test_label_smoothing_cross_entropy_gradient(label_smoothing_cross_entropy)
 
 # %% [test] test_label_smoothing_cross_entropy_random 1
-chk.check_ls_against_torch(label_smoothing_cross_entropy)
+chk.test_label_smoothing_cross_entropy_random(label_smoothing_cross_entropy)
 ### BEGIN HIDDEN TESTS
-chk.check_ls_against_torch(label_smoothing_cross_entropy, seed=5150,
-                           cases=[((4, 9), 17, 0.2, -100, 6), ((33,), 3, 0.9, 2, 4), ((1, 5), 28, 0.0, 0, 2),
-                                  ((2, 3), 6, 1.0, -1, 1)])
-chk.check_ls_against_torch(label_smoothing_cross_entropy, seed=77, dtype=torch.float64,
-                           cases=[((5, 4), 11, 0.15, 0, 3)])
+chk.test_label_smoothing_cross_entropy_random(label_smoothing_cross_entropy, seed=5150)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -721,25 +733,21 @@ def greedy_decode(model, src, max_len, bos_id, eos_id):
     ### END SOLUTION
 
 # %% [test] test_greedy_decode_scripted 2
-chk.check_greedy_scripted(greedy_decode)
-chk.check_greedy_scripted(greedy_decode, pad_id=3)
+chk.test_greedy_decode_scripted(greedy_decode)
 ### BEGIN HIDDEN TESTS
-chk.check_greedy_scripted(greedy_decode, pad_id=7, bos=4, eos=9)
-chk.check_greedy_scripted(greedy_decode, pad_id=3, bos=1, eos=0)  # an EOS id of 0
+chk.test_greedy_decode_scripted(greedy_decode, seed=7349)
 ### END HIDDEN TESTS
 
 # %% [test] test_greedy_decode_max_len 1
-chk.check_greedy_max_len(greedy_decode)
+chk.test_greedy_decode_max_len(greedy_decode)
 ### BEGIN HIDDEN TESTS
-chk.check_greedy_max_len(greedy_decode, pad_id=5, bos=0, eos=1)
+chk.test_greedy_decode_max_len(greedy_decode, seed=5501)
 ### END HIDDEN TESTS
 
 # %% [test] test_greedy_decode_matches_reference 2
-chk.check_greedy_against_reference(greedy_decode)
+chk.test_greedy_decode_matches_reference(greedy_decode)
 ### BEGIN HIDDEN TESTS
-chk.check_greedy_against_reference(
-    greedy_decode, cases=[(779, 9, 16, 2, 1, 32, 0, 1, 2, 1.25), (777, 19, 24, 3, 3, 40, 4, 1, 2, -0.25),
-                          (778, 23, 48, 6, 2, 80, 2, 0, 1, 1.75)])
+chk.test_greedy_decode_matches_reference(greedy_decode, seed=7790)
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -123,8 +123,10 @@ class Probe:
 class Diagnosis:
     """A named mistake: `test(evidence)` is True when a failing probe's captures look like it.
     Built with `like(...)` (the student's output equals what a wrong formula gives on the same
-    inputs) or `when(...)` (any property of the evidence: NaN, row sums, an error's text)."""
-    message: str
+    inputs) or `when(...)` (any property of the evidence: NaN, row sums, an error's text).
+    `message` may be a function of the evidence, for a message that names what was found
+    (the dtype returned, how many layers)."""
+    message: Any
     test: Callable
     probes: tuple = ()           # probe names it applies to; () = every probe of the exercise
 
@@ -539,7 +541,10 @@ def diagnose(ex: Exercise, p: Probe, pd: dict, tensors: dict, got: dict, want: d
         except Exception:  # noqa: BLE001 - a diagnosis that does not apply
             hit = False
         if hit:
-            return d.message
+            try:
+                return d.message(e) if callable(d.message) else d.message
+            except Exception:  # noqa: BLE001 - a message that cannot be built names nothing
+                continue
     return None
 
 

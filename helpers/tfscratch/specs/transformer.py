@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from . import vm
-from .engine import Exercise, Probe, call, ctor, fixture, given, randn
+from .engine import Exercise, Probe, call, ctor, fixture, given, like, randn, when
 
 ASSIGNMENT = "07_transformer"
 
@@ -116,6 +116,140 @@ def _toy(vocab, d, pad_id, base_seed):
     return _Seeded(base_seed, "toy_seq2seq", vocab, d, pad_id)
 
 
+# -- Transformer mistakes: the reference module wired wrongly --------------------------------
+
+def _wired(ref, method, args, kwargs, scale="mul", pe=1, tgt_table="tgt", enc_mask=True,
+           cross_mask=True, causal="tril", mask_pad=None, post=None):
+    """What `ref` (the reference module, the probe's weights) returns for one call when it is
+    wired with one mistake: the embedding scale ("none", "div", "after": times sqrt(d) after
+    the positions), the positions added `pe` times, the target table, encode dropping its
+    mask, forward not passing src_mask to decode, forward's own tgt_mask ("pad": padding
+    only, "triu": inverted), forward's masks built from `mask_pad`, a (log-)softmax after
+    the generator."""
+    from tfscratch.reference import make_decoder_mask, make_padding_mask
+    k = math.sqrt(ref.d_model)
+
+    def embed(table, ids):
+        x = table(ids)
+        x = {"mul": x * k, "none": x, "div": x / k, "after": x}[scale]
+        for _ in range(pe):
+            x = ref.pos_encoding(x)
+        return x * k if scale == "after" else x
+
+    def encode(src, src_mask=None):
+        return ref.encoder(embed(ref.src_embed, src), src_mask if enc_mask else None)
+
+    def decode(tgt, memory, src_mask=None, tgt_mask=None):
+        table = ref.src_embed if tgt_table == "src" else ref.tgt_embed
+        return ref.decoder(embed(table, tgt), memory, src_mask, tgt_mask)
+
+    def forward(src, tgt, src_mask=None, tgt_mask=None):
+        pad = ref.pad_id if mask_pad is None else mask_pad
+        src_mask = make_padding_mask(src, pad) if src_mask is None else src_mask
+        if tgt_mask is None:
+            L = tgt.size(1)
+            keys = make_padding_mask(tgt, pad)
+            tgt_mask = {"tril": make_decoder_mask(tgt, pad), "pad": keys,
+                        "triu": torch.ones(L, L, dtype=torch.bool).triu() & keys}[causal]
+        out = ref.generator(decode(tgt, encode(src, src_mask), src_mask if cross_mask else None, tgt_mask))
+        return {None: out, "softmax": out.softmax(-1), "log_softmax": out.log_softmax(-1)}[post]
+    return {"encode": encode, "decode": decode, None: forward}[method](*args, **kwargs)
+
+
+def wired(message, probes=(), **mistake):
+    """The mistake `_wired(**mistake)`: every call's output equals it, and one call at least
+    differs from the right one (so a probe failing for another reason is not taken for it)."""
+    def test(e):
+        if e.error:
+            return False
+        ref, shown = e.ref(), False
+        for ci, c in enumerate(e.pd["calls"]):
+            g, w = e.out(ci), e.want_out(ci)
+            if g is None or w is None:
+                continue
+            args, kwargs = e.args(ci)
+            with torch.no_grad():
+                r = vm._np(_wired(ref, c["method"], args, kwargs, **mistake)).astype(np.float64)
+            g = np.asarray(g, dtype=np.float64)
+            if r.shape != g.shape or not np.allclose(g, r, atol=1e-4, rtol=1e-3):
+                return False
+            shown |= r.shape != w.shape or not np.allclose(r, w, atol=1e-4, rtol=1e-3)
+        return shown
+    return when(message, test, probes)
+
+
+def _forward_outs(e):
+    """[(student, reference, source length)] of the forward calls (method None)."""
+    return [(np.asarray(e.out(ci)), np.asarray(e.want_out(ci)), e.args(ci)[0][0].shape[1])
+            for ci, c in enumerate(e.pd["calls"])
+            if c["method"] is None and e.out(ci) is not None and e.want_out(ci) is not None]
+
+
+def _rows_are(e, test):
+    outs = [g for g, w, _ in _forward_outs(e) if g.ndim == 3]
+    return bool(outs) and all(test(g.astype(np.float64)) for g in outs)
+
+
+_ONE_TABLE = ("the target is embedded with src_embed, or tgt_embed is the same module as "
+              "src_embed: the decoder side needs its own table, tgt_embed = "
+              "nn.Embedding(tgt_vocab, d_model), used in decode (the study notes share one `wte` "
+              "table for both sides).")
+
+TRANSFORMER_DIAGNOSES = [
+    when("your model holds PyTorch's own transformer modules (their parameters are named "
+         "in_proj_weight, multihead_attn, ...): nn.Transformer* is the shortcut this exercise "
+         "rules out. Build the model from the notebook's Encoder and Decoder.",
+         lambda e: any(n in e.error for n in ("in_proj", "multihead_attn", "out_proj"))),
+    when(_ONE_TABLE, lambda e: "tgt_embed.weight" in e.error and "has shape" in e.error),
+    when(_ONE_TABLE, lambda e: "index out of range" in e.error, probes=("parts",)),
+    when("model(src, tgt) has shape (B, Ls, V): the decoder was fed the source, as in the study "
+         "notes (`decoder(x, enc_out)` with x the source embeddings). The decoder's input is the "
+         "target prefix tgt; it gives one prediction per target position, (B, Lt, tgt_vocab).",
+         lambda e: any(g.ndim == 3 and g.shape[1] == ls != w.shape[1] for g, w, ls in _forward_outs(e))),
+    when("model(src, tgt) has shape (B, 1, V): it returns the last position only (the study "
+         "notes' inference branch, `lm_head(x[:, [-1], :])`). forward returns the logits of every "
+         "target position, (B, Lt, tgt_vocab).",
+         lambda e: any(g.ndim == 3 and g.shape[1] == 1 < w.shape[1] for g, w, _ in _forward_outs(e))),
+    when("model(src, tgt) has shape (B, Lt, d_model): the generator is missing. forward ends with "
+         "self.generator(...) -> (B, Lt, tgt_vocab).",
+         lambda e: any(g.ndim == 3 and g.shape[:2] == w.shape[:2] and g.shape[2] == e.ref().d_model
+                       != w.shape[2] for g, w, _ in _forward_outs(e))),
+    when("the model's outputs are <= 0 and exp() of each row sums to 1: the generator ends in "
+         "log_softmax (as in some public implementations, whose loss is nn.NLLLoss). forward must "
+         "return the generator's raw logits: F.cross_entropy and greedy decoding apply "
+         "(log-)softmax themselves.",
+         lambda e: _rows_are(e, lambda g: (g <= 1e-6).all()
+                             and np.allclose(np.exp(g).sum(-1), 1, atol=1e-4))),
+    when("the model's output rows are >= 0 and sum to 1: you applied a softmax. forward must "
+         "return the generator's raw logits; F.cross_entropy applies log-softmax itself, so a "
+         "softmax layer before it squashes the gradients (a bug in the study notes, whose model "
+         "ends in 'a linear layer and a softmax').",
+         lambda e: _rows_are(e, lambda g: (g >= 0).all() and np.allclose(g.sum(-1), 1, atol=1e-4))),
+    wired("the embeddings are not multiplied by sqrt(d_model): encode and decode feed "
+          "pos_encoding(embed(ids) * sqrt(d_model)).", scale="none"),
+    wired("sqrt(d_model) multiplies the sum (embedding + positional encoding); scale the "
+          "embedding only, then add the positional encoding.", scale="after"),
+    wired("the embeddings are divided by sqrt(d_model); multiply them.", scale="div"),
+    wired("the positional encoding is missing: add self.pos_encoding after scaling the "
+          "embeddings, on both sides.", pe=0),
+    wired("the positional encoding is added twice: apply self.pos_encoding once.", pe=2),
+    wired(_ONE_TABLE, tgt_table="src"),
+    wired("forward builds no causal mask when tgt_mask is None, only a padding mask: position i "
+          "sees the tokens after it. Build make_decoder_mask(tgt, self.pad_id), causal AND key "
+          "padding.", causal="pad"),
+    wired("the causal mask forward builds is inverted (upper-triangular, triu): position i sees "
+          "the future and not the past. The decoder mask is lower-triangular, True on and below "
+          "the diagonal: make_decoder_mask(tgt, self.pad_id).", causal="triu"),
+    wired("the encoder does not mask the padded source positions: pass src_mask to encode (the "
+          "padding mask, make_padding_mask(src, self.pad_id)) and on to self.encoder.",
+          enc_mask=False),
+    wired("the decoder's cross-attention does not mask the padded source positions: pass "
+          "src_mask to decode as well as to encode.", cross_mask=False),
+    wired("forward builds its masks with pad id 0: use self.pad_id (here token 0 is an ordinary "
+          "token and another id pads).", mask_pad=0),
+]
+
+
 # -- the table --------------------------------------------------------------------------------
 
 T_SHAPES, T_INIT, T_EMB = "test_Transformer_shapes", "test_Transformer_init", "test_Transformer_embeddings"
@@ -141,7 +275,8 @@ def _forward_case(name, cells, V_s, V_t, d, H, n, d_ff, pad, norm_first=False, d
 
 _SRC, _SRC_MASK = _src_and_mask(3, 7, 11, 0, [7, 5, 3])
 
-TRANSFORMER = Exercise("Transformer", ref="transformer.Transformer", probes=[
+TRANSFORMER = Exercise("Transformer", ref="transformer.Transformer", shortcuts=("transformer",),
+                       diagnose=TRANSFORMER_DIAGNOSES, probes=[
     Probe("parts", (T_SHAPES,),
           [call(_SRC, _SRC_MASK, method="encode"),
            call(_ids(3, 5, 13, 0, [5, 4, 2]), randn(3, 7, 32), _SRC_MASK, _causal(5),
@@ -230,7 +365,56 @@ def _widened(V, pad, lengths, Lt, extra):
 
 _TGT, _TGT_WIDE = _widened(11, 3, [7, 5, 3], 7, 3)
 
-TEACHER_FORCING = Exercise("teacher_forcing_loss", ref="transformer.teacher_forcing_loss", probes=[
+def _ce(logits, labels, **kw):
+    import torch.nn.functional as F
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), **kw)
+
+
+def _tf(fn):
+    """A wrong loss written with the model's logits for the right decoder input, `lg`, and the
+    right labels, `lab`: fn(model, src, tgt, lg, lab)."""
+    return lambda model, src, tgt: fn(model, src, tgt, model(src, tgt[:, :-1]), tgt[:, 1:])
+
+
+TEACHER_FORCING_DIAGNOSES = [
+    when("F.cross_entropy wants the classes on axis 1: flatten to logits (B*L, V) and labels "
+         "(B*L,), or pass logits.transpose(1, 2) as (B, V, L).",
+         lambda e: "Expected target size" in e.error or "Expected input batch_size" in e.error),
+    when("The logits and the labels must line up: the decoder input tgt[:, :-1] and the labels "
+         "tgt[:, 1:] both have Lt - 1 positions.",
+         lambda e: any(w in e.error for w in ("must match", "doesn't match", "size"))),
+    when("teacher_forcing_loss must return a scalar tensor (0-D, for .backward()); it returned a "
+         "Python number (.item() or float(...)), which nothing can backpropagate through.",
+         lambda e: any((e.meta(f"{ci}.out") or "") in ("float", "int") for ci in range(len(e.pd["calls"])))),
+    when("teacher_forcing_loss must return a scalar tensor (0-D, for .backward()): reduce the "
+         "per-token losses to their mean.", lambda e: any(g.shape != () for g, _ in e.outs())),
+    like("the decoder input is not shifted: it gets the whole target and predicts the same "
+         "tokens, so each position can copy its own input. Feed tgt[:, :-1], predict tgt[:, 1:].",
+         lambda model, src, tgt: _ce(model(src, tgt), tgt, ignore_index=model.pad_id)),
+    like("the labels are not shifted: position i is asked for the token it was given. Feed "
+         "tgt[:, :-1] and predict tgt[:, 1:], the NEXT token.",
+         _tf(lambda m, s, t, lg, lab: _ce(lg, t[:, :-1], ignore_index=m.pad_id))),
+    like("the shift goes the wrong way: feed tgt[:, :-1] (starting with BOS) and predict "
+         "tgt[:, 1:] (ending with EOS), not the reverse.",
+         lambda model, src, tgt: _ce(model(src, tgt[:, 1:]), tgt[:, :-1], ignore_index=model.pad_id)),
+    like("padding is taken to be token 0: use model.pad_id (here another id pads and token 0 is "
+         "an ordinary token).",
+         _tf(lambda m, s, t, lg, lab: _ce(lg, lab, ignore_index=0) if m.pad_id != 0 else None)),
+    like("padding is counted in the loss: pass ignore_index=model.pad_id to F.cross_entropy "
+         "(the study notes use ignore_index=-1, which ignores nothing here).",
+         _tf(lambda m, s, t, lg, lab: _ce(lg, lab))),
+    like("the logits went through a softmax before F.cross_entropy, which applies log-softmax "
+         "itself: pass the raw logits.",
+         _tf(lambda m, s, t, lg, lab: _ce(lg.softmax(-1), lab, ignore_index=m.pad_id))),
+    like("the loss is a sum, not a mean: use the mean over the non-pad target tokens.",
+         _tf(lambda m, s, t, lg, lab: _ce(lg, lab, ignore_index=m.pad_id, reduction="sum"))),
+    like("the loss is averaged over every position, padding included: divide by the number of "
+         "non-pad tokens (what ignore_index with the default mean does).",
+         _tf(lambda m, s, t, lg, lab: _ce(lg, lab, ignore_index=m.pad_id, reduction="sum") / lab.numel())),
+]
+
+TEACHER_FORCING = Exercise("teacher_forcing_loss", ref="transformer.teacher_forcing_loss",
+                           shortcuts=("transformer",), diagnose=TEACHER_FORCING_DIAGNOSES, probes=[
     Probe("value", (L_VALUE,),
           [call(_toy(11, 16, 0, 701), *_pair(11, 0, [6, 4, 3], [7, 5, 3], 6, 7))],
           atol=1e-5, rtol=1e-4, what="a stand-in model, padded targets (pad_id=0)"),
@@ -292,8 +476,81 @@ def _ls_target(wide):
     return given(build, "targets with 5 positions equal to -100" + (", 12 more" if wide else ""))
 
 
+def _smooth(fn):
+    """A wrong label-smoothing loss written from float64 parts: fn(nll, uni, logp, keep, eps)
+    with nll = -log p(true class), uni = mean_c(-log p_c), keep = target != ignore_index."""
+    def wrong(logits, target, smoothing=0.0, ignore_index=-100):
+        V = logits.size(-1)
+        logp = logits.double().reshape(-1, V).log_softmax(-1)
+        t = target.reshape(-1)
+        keep = t != ignore_index
+        nll = -logp.gather(1, t.masked_fill(~keep, 0)[:, None]).squeeze(1)
+        return fn(nll, -logp.mean(-1), logp, keep, smoothing)
+    return wrong
+
+
+def _last_axis_1(logits, target, smoothing=0.0, ignore_index=-100):
+    """log_softmax over dim=1, which is the sequence axis of (B, L, V) logits."""
+    logp = logits.double().log_softmax(1)
+    keep = target != ignore_index
+    nll = -logp.gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)
+    return ((1 - smoothing) * nll - smoothing * logp.mean(-1))[keep].mean()
+
+
+def _kl(logits, target, smoothing=0.0, ignore_index=-100):
+    """KL(q || p) to the smoothed target q: the cross-entropy less q's entropy."""
+    V = logits.size(-1)
+    logp = logits.double().reshape(-1, V).log_softmax(-1)
+    t = target.reshape(-1)
+    keep = t != ignore_index
+    q = (1 - smoothing) * torch.nn.functional.one_hot(t.masked_fill(~keep, 0), V).double() + smoothing / V
+    return (q * (q.clamp_min(1e-300).log() - logp)).sum(-1)[keep].mean()
+
+
+LABEL_SMOOTHING_DIAGNOSES = [
+    when("A target equal to ignore_index (-100 by default) is not a class: gather or one_hot "
+         "with it fails. Replace the ignored targets by any valid class (target.masked_fill(~keep, "
+         "0)) before gathering, and drop those rows after.",
+         lambda e: any(w in e.error for w in ("out of bounds", "out of range", "-100"))),
+    when("the loss must be a 0-D tensor (the mean over the non-ignored positions).",
+         lambda e: any(g.shape != () for g, _ in e.outs())),
+    when("the loss is inf or NaN: log(softmax(x)) underflows to log(0) = -inf for very negative "
+         "logits (and softmax of huge logits overflows): use torch.log_softmax, which is stable.",
+         lambda e: any(not np.isfinite(g).all() and np.isfinite(w).all() for g, w in e.outs())),
+    like("the smoothing mass is spread over the V - 1 wrong classes only (smoothing / (V - 1) "
+         "each); PyTorch's label_smoothing gives smoothing / V to EVERY class, the true one "
+         "included: target = (1 - smoothing) * one_hot + smoothing / V.",
+         _smooth(lambda nll, uni, logp, keep, eps: ((1 - eps) * nll + eps * (
+             uni * logp.size(-1) - nll) / max(logp.size(-1) - 1, 1))[keep].mean())),
+    like("the true class's term is not multiplied by (1 - smoothing): "
+         "loss = (1 - smoothing) * nll + smoothing * mean over classes of -log p.",
+         _smooth(lambda nll, uni, logp, keep, eps: (nll + eps * uni)[keep].mean())),
+    like("this is the KL divergence to the smoothed target, not the cross-entropy: the two "
+         "differ by the target's entropy, a constant. Use -sum(target * log_softmax(logits)).",
+         _kl),
+    like("the mean runs over every position, the ignored ones included (counted as 0): divide by "
+         "the number of positions whose target is not ignore_index.",
+         _smooth(lambda nll, uni, logp, keep, eps:
+                 (((1 - eps) * nll + eps * uni) * keep).sum() / keep.numel())),
+    like("positions whose target is ignore_index take part in the loss: drop them (target != "
+         "ignore_index) before averaging.",
+         _smooth(lambda nll, uni, logp, keep, eps: ((1 - eps) * nll + eps * uni).mean())),
+    like("the loss is a sum, not a mean: average over the non-ignored positions.",
+         _smooth(lambda nll, uni, logp, keep, eps: ((1 - eps) * nll + eps * uni)[keep].sum())),
+    like("the smoothing term uses the SUM of -log p over the classes, not the mean: each class "
+         "gets smoothing / V of the target, so the term is smoothing * mean_c(-log p_c).",
+         _smooth(lambda nll, uni, logp, keep, eps:
+                 ((1 - eps) * nll + eps * uni * logp.size(-1))[keep].mean())),
+    like("the log-softmax is taken over axis 1, which for (B, L, V) logits is the sequence axis: "
+         "the classes are on the LAST axis (dim=-1).", _last_axis_1),
+    like("smoothing is ignored: the result is the plain cross-entropy; add smoothing * "
+         "mean_c(-log p_c) and weigh the true class by (1 - smoothing).",
+         _smooth(lambda nll, uni, logp, keep, eps: nll[keep].mean() if eps > 0 else None)),
+]
+
 LABEL_SMOOTHING = Exercise("label_smoothing_cross_entropy",
-                           ref="transformer.label_smoothing_cross_entropy", probes=[
+                           ref="transformer.label_smoothing_cross_entropy", shortcuts=("cross_entropy",),
+                           diagnose=LABEL_SMOOTHING_DIAGNOSES, probes=[
     Probe("value", (f"{S}_value",),
           [_ls((12,), 7, 0.1, 3, 2), _ls((2, 5), 9, 0.25, 0, 2), _ls((20,), 13, 0.1, 5, 3),
            _ls((3, 7), 4, 0.5, 1, 4), _ls((2, 2), 30, 0.05, 29, 1)],
@@ -350,7 +607,133 @@ def _greedy(base, eos, pad, B, max_len, L=5, bos=_BOS):
     return call(_toy(_V, _D, pad, base), _sources(B, L, pad), max_len, bos, eos)
 
 
-GREEDY = Exercise("greedy_decode", ref="transformer.greedy_decode", probes=[
+@torch.no_grad()
+def _greedy_wrong(model, src, max_len, bos, eos, pos=-1, src_masked=True, causal=True):
+    """Greedy decoding that reads position `pos` of the decoder states, or runs without the
+    source padding mask, or without the causal mask."""
+    from tfscratch.reference import make_causal_mask, make_padding_mask
+    sm = make_padding_mask(src, model.pad_id) if src_masked else None
+    memory = model.encode(src, sm)
+    ys = torch.full((src.size(0), 1), bos, dtype=torch.long)
+    done = torch.zeros(src.size(0), dtype=torch.bool)
+    while ys.size(1) < max_len:
+        tm = make_causal_mask(ys.size(1)) if causal else None
+        nxt = model.generator(model.decode(ys, memory, sm, tm)[:, pos]).argmax(-1)
+        nxt = nxt.masked_fill(done, model.pad_id)
+        ys = torch.cat([ys, nxt[:, None]], 1)
+        done |= nxt == eos
+        if done.all():
+            break
+    return ys
+
+
+def _decoded(e):
+    """[(student, reference, pad_id, max_len, bos, eos)] of the calls whose outputs are both
+    2-D integer arrays."""
+    out = []
+    for ci in range(len(e.pd["calls"])):
+        g, w = e.out(ci), e.want_out(ci)
+        if g is None or w is None or np.asarray(g).ndim != 2 or np.asarray(w).ndim != 2:
+            continue
+        (model, _, max_len, bos, eos), _ = e.args(ci)
+        out.append((np.asarray(g).astype(np.int64), np.asarray(w), model.pad_id, max_len, bos, eos))
+    return out
+
+
+def _every(e, test, some=None):
+    """test(...) holds for every decoded call (and some(...) for one of them at least)."""
+    calls = _decoded(e)
+    return bool(calls) and all(test(*c) for c in calls) and (some is None or any(some(*c) for c in calls))
+
+
+def _after_eos(w, eos):
+    """True at the positions after each row's first EOS (in the expected output)."""
+    hit = (w == eos).cumsum(1)
+    return (hit > 1) | ((hit == 1) & (w != eos))
+
+
+def _tail(fill):
+    """Every call: the tokens up to each row's EOS are right, the positions after it hold
+    `fill(pad, eos)` (None: anything)."""
+    def test(g, w, pad, max_len, bos, eos):
+        if g.shape != w.shape:
+            return False
+        after = _after_eos(w, eos)
+        return (g[~after] == w[~after]).all() and (fill is None or (g[after] == fill(pad, eos)).all())
+    return test
+
+
+def _differs(g, w, *_):
+    return g.shape != w.shape or (g != w).any()
+
+
+def _goes_on(g, pad, eos):
+    """Some row produced EOS and then more tokens than padding."""
+    after = _after_eos(g[:, 1:], eos)
+    return bool((g[:, 1:][after] != pad).any())
+
+
+def _eos_zero(e):
+    """Calls with eos_id != 0 are right; with eos_id == 0 a row goes on after its EOS."""
+    calls = _decoded(e)
+    same = [(g.shape == w.shape and (g == w).all(), g, pad, eos) for g, w, pad, _, _, eos in calls]
+    return (bool(calls) and all(ok for ok, _, _, eos in same if eos != 0)
+            and any(not ok and _goes_on(g, pad, eos) for ok, g, pad, eos in same if eos == 0))
+
+
+GREEDY_DIAGNOSES = [
+    when("the code assumes a batch of one row (.item() or int() on a tensor with B entries). "
+         "Work on the whole batch at once: argmax(-1) gives one token per row, and a boolean "
+         "`done` vector tracks which rows have finished.",
+         lambda e: any(w in e.error for w in ("converted to Scalar", "only one element tensors",
+                                              "more than one value is ambiguous"))),
+    when("greedy_decode must return a (B, T) LongTensor of token ids: argmax gives long, and "
+         "torch.full(..., dtype=torch.long) makes the BOS column.",
+         lambda e: any((e.meta(f"{ci}.out") or "int64") != "int64" for ci in range(len(e.pd["calls"])))),
+    when("the output has more than max_len columns. max_len counts the BOS column: generate at "
+         "most max_len - 1 tokens.", lambda e: any(g.shape[1] > ml for g, _, _, ml, _, _ in _decoded(e))),
+    when("the BOS column is missing: every row of the output starts with bos_id, then the "
+         "generated tokens.", lambda e: any((g[:, 0] != bos).any() for g, _, _, _, bos, _ in _decoded(e))),
+    when("here eos_id=0, an id as valid as any other, and the rows do not stop at it: a test such "
+         "as `if eos_id:` (False for 0) treats it as no end token. Compare ids (== eos_id), and "
+         "test `eos_id is not None` where None is allowed.", _eos_zero),
+    when("decoding went on after every row had produced EOS: stop as soon as all rows are "
+         "finished, e.g. `if done.all(): break`.",
+         lambda e: _every(e, lambda g, w, pad, ml, bos, eos: g.shape[1] >= w.shape[1]
+                          and (g[:, :w.shape[1]] == w).all() and (g[:, w.shape[1]:] == pad).all(),
+                          lambda g, w, *_: g.shape[1] > w.shape[1])),
+    when("the output stops one short of max_len (a column is missing): a row that never "
+         "produces EOS grows until T == max_len, BOS included (max_len - 1 generated tokens).",
+         lambda e: _every(e, lambda g, w, pad, ml, bos, eos: g.shape[1] == min(w.shape[1], ml - 1)
+                          and (g == w[:, :g.shape[1]]).all(), lambda g, w, pad, ml, *_: w.shape[1] == ml)),
+    when("decoding stopped before some rows had produced EOS: stop only when EVERY row has "
+         "finished (done.all(), not done.any()); finished rows receive padding meanwhile.",
+         lambda e: _every(e, lambda g, w, *_: g.shape[1] <= w.shape[1] and (g == w[:, :g.shape[1]]).all(),
+                          lambda g, w, *_: g.shape[1] < w.shape[1])),
+    when("the positions after EOS hold 0, but this model's pad_id is another id: pad with "
+         "model.pad_id.", lambda e: _every(e, _tail(lambda pad, eos: 0), _differs)),
+    when("the positions after a row's EOS repeat EOS; they must hold model.pad_id.",
+         lambda e: _every(e, _tail(lambda pad, eos: eos), _differs)),
+    when("the tokens up to each row's first EOS are right, but the positions after it are not "
+         "padding: once a row has produced EOS, append model.pad_id to it (e.g. "
+         "next_token.masked_fill(done, model.pad_id)).", lambda e: _every(e, _tail(None), _differs)),
+    like("each step took the logits of the FIRST position (logits[:, 0]); the next token comes "
+         "from the LAST position, logits[:, -1].",
+         lambda m, src, ml, bos, eos: _greedy_wrong(m, src, ml, bos, eos, pos=0)),
+    like("the source padding is not masked: build src_mask = make_padding_mask(src, "
+         "model.pad_id) and pass it to encode AND decode (or call model(src, prefix), which "
+         "builds the masks).",
+         lambda m, src, ml, bos, eos: _greedy_wrong(m, src, ml, bos, eos, src_masked=False)),
+    like("the decoder ran without the causal mask: with two layers the last position's result "
+         "depends on it. Pass tgt_mask=make_causal_mask(T) to decode (or call model(src, "
+         "prefix)).", lambda m, src, ml, bos, eos: _greedy_wrong(m, src, ml, bos, eos, causal=False)),
+    when("the tokens differ from greedy decoding: each step runs the decoder on the prefix so "
+         "far, takes the logits of the LAST position and their argmax over the vocabulary (no "
+         "sampling), and appends it; finished rows get model.pad_id.", lambda e: not e.error),
+]
+
+GREEDY = Exercise("greedy_decode", ref="transformer.greedy_decode", shortcuts=("transformer",),
+                  diagnose=GREEDY_DIAGNOSES, probes=[
     Probe("batch", (G_SCRIPT, G_REF),
           [_greedy(base, eos, pad, 10, 9) for base, eos, pad in _MODELS],
           what="a stand-in model, 10 source rows that end at different steps (EOS 3, and EOS 0 "
