@@ -42,7 +42,7 @@ test: $(STAMP)
 
 # No nbgrader, no notebook execution, no browser: for every edit (markers in pyproject.toml).
 test-fast: $(STAMP)
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow and not nbgrader and not browser" tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 -m "not slow and not nbgrader and not browser" tests
 
 release: $(STAMP)
 	$(BIN)/tfs-grade release

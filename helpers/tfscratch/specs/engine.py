@@ -487,8 +487,10 @@ class Evidence:
         return obj
 
     def matches(self, fn, out="", atol=1e-4, rtol=1e-3) -> bool:
-        """True when, on every call where `fn` gives a tensor, the student's output equals it."""
-        n = 0
+        """True when, on every call where `fn` gives a tensor, the student's output equals it,
+        and on at least one of them the wrong formula differs from the right answer (a call
+        the mistake does not change says nothing about it)."""
+        n, telling = 0, 0
         ref = self.ref() if self.pd.get("make") is not None else None
         for ci, c in enumerate(self.pd["calls"]):
             g = self.out(ci, out)
@@ -509,8 +511,12 @@ class Evidence:
             with np.errstate(all="ignore"):
                 if not np.allclose(g, r, atol=atol, rtol=rtol, equal_nan=True):
                     return False
+                w = self.want_out(ci, out)
+                w = None if w is None else np.asarray(w, dtype=np.float64)
+                if w is None or w.shape != r.shape or not np.allclose(w, r, atol=atol, rtol=rtol, equal_nan=True):
+                    telling += 1
             n += 1
-        return n > 0
+        return n > 0 and telling > 0
 
 
 def _namespace(ex: Exercise) -> dict:
