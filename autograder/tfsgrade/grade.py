@@ -23,18 +23,19 @@ from .settings import Settings
 def grade(submissions: Path, out: Path, *, names: list[str] | None = None, **options) -> list[Item]:
     s = Settings.build(out, names=names, **options)
     _require_sandbox(s)
-    with tempfile.TemporaryDirectory(prefix="tfs-grade-") as work:
+    with tempfile.TemporaryDirectory(prefix="tfs-grade-") as work, run.workers(s):
         root_in = intake.unpack(Path(submissions), Path(work))
         s = s.with_names(_assignments(names, intake.students_in(root_in)))
         s.log(f"grading {len(intake.students_in(root_in))} student folder(s) on {', '.join(s.names)}")
-        merge.fresh_course(s)
+        _timed(s, "course", lambda: merge.fresh_course(s))
         items = intake.collect(root_in, list(s.names))
         _timed(s, "normalise", lambda: normalise_all(items, s))
         _timed(s, "run", lambda: run.run_all(items, s))
         _timed(s, "merge", lambda: merge.merge(items, s))
-        feedback.write_feedback(items, s)
+        _timed(s, "feedback", lambda: feedback.write_feedback(items, s))
         feedback.write_grades(items, s)
-        report.write_report(s.out, items, list(s.names), s.course, s.db_url, settings=s)
+        _timed(s, "report", lambda: report.write_report(s.out, items, list(s.names), s.course,
+                                                        s.db_url, settings=s))
         manual.after_grading(s.out, list(s.names), s.db_url)  # answers to review by hand
     return items
 

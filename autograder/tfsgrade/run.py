@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 from .sandbox import execute_task
 
-VERSION = "4"   # bump when the runner's behaviour changes: invalidates cached results
+VERSION = "5"   # bump when the runner's behaviour changes: invalidates cached results
 
 
 def _key(it, s) -> str:
@@ -54,16 +54,58 @@ def _store(it, s, res: dict):
     os.replace(tmp, p)
 
 
+def _local_cluster(s):
+    from distributed import LocalCluster
+    return LocalCluster(n_workers=s.workers, threads_per_worker=1, processes=True,
+                        host="127.0.0.1", dashboard_address="127.0.0.1:0", memory_limit=0,
+                        silence_logs=logging.ERROR)
+
+
+_WARM: dict = {}   # str(out) -> (thread, {"cluster": ...}): local workers started early
+
+
+@contextmanager
+def workers(s):
+    """Start the local workers in the background now (they take seconds to start, as long
+    as making the course does) and shut them down at the end; run_all uses them."""
+    if s.scheduler:
+        yield
+        return
+    import threading
+    box: dict = {}
+
+    def start():
+        try:
+            box["cluster"] = _local_cluster(s)
+        except Exception as e:  # noqa: BLE001 - run_all starts its own and reports
+            box["error"] = e
+    t = threading.Thread(target=start, name="tfs-workers", daemon=True)
+    t.start()
+    _WARM[str(s.out)] = (t, box)
+    try:
+        yield
+    finally:
+        _WARM.pop(str(s.out), None)
+        t.join()
+        if "cluster" in box:
+            box["cluster"].close()
+
+
 @contextmanager
 def client_for(s):
-    from distributed import Client, LocalCluster
+    from distributed import Client
     if s.scheduler:
         with Client(s.scheduler, timeout="30s") as c:
             yield c
         return
-    with LocalCluster(n_workers=s.workers, threads_per_worker=1, processes=True,
-                      host="127.0.0.1", dashboard_address="127.0.0.1:0", memory_limit=0,
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as c:
+    warm = _WARM.get(str(s.out))
+    if warm is not None:
+        warm[0].join()
+        if "cluster" in warm[1]:
+            with Client(warm[1]["cluster"]) as c:
+                yield c
+            return
+    with _local_cluster(s) as cluster, Client(cluster) as c:
         yield c
 
 
