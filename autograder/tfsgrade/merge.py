@@ -73,7 +73,8 @@ def _notes_from_events(it, nb, s) -> list[str]:
                        "interrupted; the cells after it were still run and graded (the other "
                        "checks of the same exercise are skipped: they would loop too)")
         elif e["kind"] == "skipped":
-            out.append(f"{where} was not run ({e['why']}): scored 0")
+            graded = nb.cells[e["cell"]].get("metadata", {}).get("nbgrader", {}).get("grade")
+            out.append(f"{where} was not run ({e['why']})" + (": scored 0" if graded else ""))
         elif e["kind"] == "stuck":
             out.append(f"{where} ran past the time limit and could not be interrupted: scored 0; "
                        "the kernel was restarted, the cells before it replayed, and the cells "

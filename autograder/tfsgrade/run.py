@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 from .sandbox import execute_task
 
-VERSION = "5"   # bump when the runner's behaviour changes: invalidates cached results
+VERSION = "6"   # bump when the runner's behaviour changes: invalidates cached results
 
 
 def _key(it, s) -> str:

@@ -18,6 +18,7 @@ import ctypes
 import hashlib
 import json
 import os
+import re
 import resource
 import signal
 import sys
@@ -196,15 +197,25 @@ def main():
         return next((e for e in exercises if name == e or name.startswith(e + "_")), None)
 
     def skip_looping(k) -> bool:
+        """A check of an exercise whose code already ran past the limit, or a demo cell (the
+        progress table too) that calls it, would loop again: not run, and said so."""
+        if not looping:
+            return False
         c = cells[k]
         ex = exercise_of(c)
-        gid = str(c.get("metadata", {}).get("nbgrader", {}).get("grade_id", ""))
-        if ex in looping and (gid.startswith("test_") or _probe_of(c, probe_cells)):
-            fail(k, "CellNotRun", f"not run: {ex} ran past the {lim['cell_timeout']}s limit in an "
-                                  "earlier cell, so this check would too (the exercise scores 0)")
-            events.append({"cell": k, "kind": "skipped", "why": f"{ex} ran past the time limit in an earlier cell"})
-            return True
-        return False
+        meta = c.get("metadata", {}).get("nbgrader", {})
+        gid = str(meta.get("grade_id", ""))
+        if ex not in looping or not (gid.startswith("test_") or _probe_of(c, probe_cells)):
+            if meta.get("solution") or _probe_of(c, probe_cells):
+                return False
+            ex = next((e for e in looping if re.search(rf"\b{re.escape(e)}\b", c.source)), None)
+            if ex is None:
+                return False
+        fail(k, "CellNotRun", f"not run: {ex} ran past the {lim['cell_timeout']}s limit in an "
+                              "earlier cell, so this cell would too"
+                              + (" (the exercise scores 0)" if gid.startswith("test_") else ""))
+        events.append({"cell": k, "kind": "skipped", "why": f"{ex} ran past the time limit in an earlier cell"})
+        return True
 
     def timed_out(k):
         ex = exercise_of(cells[k])
