@@ -111,6 +111,6 @@ def test_feedback_shows_the_same_compact_box(roundtrip):
     assert it.status == "graded" and it.score < it.max_score, (it.score, it.reasons)
     page = (out / "feedback" / "mistake" / f"{MISTAKE[0]}.html").read_text()
     text = html_lib.unescape(re.sub(r"<[^>]+>", "", page))
-    assert "\u2718 check_softmax_rows" in text and "without keepdim=True" in text
+    assert "\u2718 test_softmax_rows" in text and "without keepdim=True" in text
     assert "your code, Cell In[" in text and "e = torch.exp(x - m)" in text
     assert "tfscratch/" not in text and "Traceback (most recent call last)" not in text

@@ -173,7 +173,7 @@ def test_wrong_solution_shows_one_box_naming_the_mistake(runs):
     nb = MistakeNb("student", "01_attention", Path("mistake"))
     write(student_notebook("01_attention", fill), REPO / runs.relpath(nb.id))
     run = runs.get(nb)
-    cell = next(c for c in run.cells if c.source.strip() == "chk.check_softmax_rows(softmax)")
+    cell = next(c for c in run.cells if c.source.strip() == "chk.test_softmax_rows(softmax)")
     assert [e.ename for e in cell.errors] == ["CheckFailed"], f"{cell.errors} {run.where()}"
     box = run.notebook.cell(cell.index).locator(".jp-OutputArea-output").first
     box.scroll_into_view_if_needed()
@@ -182,7 +182,7 @@ def test_wrong_solution_shows_one_box_naming_the_mistake(runs):
     shot = SHOTS / "mistake__01_attention__box.png"
     run.notebook.cell_screenshot(cell.index, shot, part="output")
     said = f"the box says:\n{text}\n(screenshot {shot})"
-    assert "\u2718 check_softmax_rows" in text, said
+    assert "\u2718 test_softmax_rows" in text, said
     assert re.search(m.hint, text, re.I), f"the mistake ({m.hint}) is not named; {said}"
     assert "your code, Cell In[" in text and "e = torch.exp(x - m)" in text, said
     assert "tfscratch" not in text and "Traceback" not in text, said
