@@ -29,7 +29,7 @@ import re
 import numpy as np
 import torch
 
-from .engine import ATOL, RTOL, Exercise, Probe, call, ctor, label, randn, when
+from .engine import like, ATOL, RTOL, Exercise, Probe, call, ctor, label, randn, when
 
 
 # -- special comparisons --------------------------------------------------------------------
@@ -149,24 +149,9 @@ def _np64(t):
 
 
 def mistake(message, fn, probes=()):
-    """`like`, and the formula is a mistake on these inputs: it differs from the reference's
-    output on at least one call (else a correct output would "match" it)."""
-    def test(e):
-        if not e.matches(fn):
-            return False
-        ref = e.ref() if e.pd.get("make") is not None else None
-        for ci in range(len(e.pd["calls"])):
-            w = e.want_out(ci)
-            try:
-                args, kwargs = e.args(ci)
-                with torch.no_grad():
-                    r = fn(ref, *args, **kwargs) if ref is not None else fn(*args, **kwargs)
-            except Exception:  # noqa: BLE001 - the formula does not apply to this call
-                continue
-            if r is not None and w is not None and not _close(_np64(r), w):
-                return True
-        return False
-    return when(message, test, probes)
+    """The engine's `like` (it already asks the formula to differ from the reference's output
+    on at least one call, else a correct output would "match" it)."""
+    return like(message, fn, probes=probes)
 
 
 def _freqs(d_model, base=10000.0, rule="2i"):
