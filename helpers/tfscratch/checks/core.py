@@ -68,7 +68,7 @@ def seeded(seed: int):
     """Seed torch and random inside the block, and restore the previous RNG states after it."""
     cpu_state = torch.random.get_rng_state()
     py_state = random.getstate()
-    torch.manual_seed(seed)
+    torch.default_generator.manual_seed(int(seed))  # CPU only: see specs.vm.seed
     random.seed(seed)
     try:
         yield

@@ -29,6 +29,7 @@ A spec module (`tfscratch/specs/<module>.py`) lists `EXERCISES`:
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib
 from dataclasses import dataclass, field
@@ -197,7 +198,7 @@ class _Builder:
             if id(v) not in built:
                 seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g))
                 with torch.random.fork_rng():                   # the same stand-in on both sides
-                    torch.manual_seed(seed)
+                    vm.seed(seed)
                     args = v["args"]    # a spec may fix the stand-in's seed here (transformer._Seeded)
                     obj = vm.FIXTURES[v["$fixture"]](*args) if v.get("_load") == "random" else None
                 d = {"$fixture": v["$fixture"], "args": [self.value(a, g) for a in args]}
@@ -218,7 +219,7 @@ class _Builder:
             d["make"] = {"args": [self.value(a, g) for a in p.make.args],
                          "kwargs": {k: self.value(v, g) for k, v in p.make.kwargs.items()}}
         if p.load == "reference":
-            torch.manual_seed(seed % 2**31)
+            vm.seed(seed % 2**31)
             ref = self.ex.reference()(*p.make.args, **p.make.kwargs)
             d["load"] = {k: self.tensor(_perturbed(t, g)) for k, t in ref.named_parameters()}
         d["calls"] = []
@@ -292,13 +293,27 @@ class Verdict:
     message: str
 
 
+_REFERENCE_RUNS: dict = {}   # (ref, exercise, probe ids, seed) -> (probes, captures)
+
+
 def reference_run(ex: Exercise, run_seed: int) -> dict:
-    plan, tensors = build_plan(ex, run_seed)
-    res = vm.run_plan(plan, _namespace(ex), tensors=tensors)
-    errors = {k: v for k, v in res["meta"].items() if k.endswith(".error")}
-    if errors:
-        raise RuntimeError(f"the spec of {ex.name} fails on the reference: {errors}")
-    return res
+    """The reference's captures for these probes and seed. They depend on nothing else (the
+    plan is built from the seed), so they are computed once per process and copied out: the
+    coordinator judges a whole class on one seed, the kernel's progress table repeats the
+    public seed's checks, and the catalogues judge every mistake against the same reference."""
+    # the probe objects themselves, not their names (04 and 09 both have an rms_norm "random"
+    # probe); the entry keeps them alive, so their ids are never reused for other probes
+    key = (ex.ref, ex.name, tuple(id(p) for p in ex.probes), run_seed)
+    if key not in _REFERENCE_RUNS:
+        plan, tensors = build_plan(ex, run_seed)
+        res = vm.run_plan(plan, _namespace(ex), tensors=tensors)
+        errors = {k: v for k, v in res["meta"].items() if k.endswith(".error")}
+        if errors:
+            raise RuntimeError(f"the spec of {ex.name} fails on the reference: {errors}")
+        if len(_REFERENCE_RUNS) >= 256:
+            _REFERENCE_RUNS.pop(next(iter(_REFERENCE_RUNS)))
+        _REFERENCE_RUNS[key] = (tuple(ex.probes), res)
+    return copy.deepcopy(_REFERENCE_RUNS[key][1])
 
 
 def _needed(name):
@@ -478,7 +493,7 @@ class Evidence:
         mk = self.pd.get("make")
         if mk is not None:
             ctx = vm._Ctx(self.tensors, _namespace(self.ex))
-            torch.manual_seed(self.pd.get("seed", 0))
+            vm.seed(self.pd.get("seed", 0))
             obj = obj(*ctx.value(mk.get("args", [])), **ctx.value(mk.get("kwargs", {})))
             if self.pd.get("load"):
                 vm._load(obj, {k: ctx.value(v) for k, v in self.pd["load"].items()})

@@ -108,7 +108,7 @@ class _Seeded(dict):
 
     def __getitem__(self, key):
         if key == "args":
-            torch.manual_seed(self.base_seed)
+            vm.seed(self.base_seed)
         return super().__getitem__(key)
 
 
