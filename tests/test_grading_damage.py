@@ -91,7 +91,9 @@ DAEMON = ("import subprocess, sys\n"
           f"        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(600)  # TFSDAEMON{TOKEN}'])\n"
           "    os._exit(0)\nprint('started')\n")
 HOG = ("import subprocess, sys\n"
-       "ps = [subprocess.Popen([sys.executable, '-c', 'b = bytearray(900 * 2**20); import time; time.sleep(20)']) "
+       # a short sleep: the four only need to live together while they allocate, and a slow
+       # machine must not turn the cap's kill into the cell's timeout
+       "ps = [subprocess.Popen([sys.executable, '-c', 'b = bytearray(900 * 2**20); import time; time.sleep(4)']) "
        "for _ in range(4)]\n"
        "print([p.wait() for p in ps])\n")
 EXIT = "def scaled_dot_product_attention(q, k, v):\n    pass\nimport os\nos._exit(1)\n"
