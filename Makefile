@@ -38,7 +38,7 @@ test: $(STAMP)
 	$(PY) tools/ensure_browser.py || true
 	$(PY) tools/ensure_sandbox.py || true
 	$(PY) tools/ensure_postgres.py || true
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=15 tests
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope --durations=15 tests
 
 # No nbgrader, no notebook execution, no browser: for every edit (markers in pyproject.toml).
 test-fast: $(STAMP)

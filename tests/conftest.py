@@ -31,6 +31,37 @@ LANES = {
 }
 
 
+# `make test` runs two xdist workers. Each group of tests runs on one worker, so a module's
+# (or the browser tests' session) fixtures are built once: a test's group is its file, except
+# that the browser test files share one (one JupyterLab, one Chromium). Groups are handed out
+# longest first as workers free up, so that no long group starts last while the other worker
+# idles. (xdist's own --dist loadgroup cannot do this under pytest 9: it renames node ids,
+# which pytest 9 no longer allows; the scheduler below is xdist's loadscope keyed by group.)
+GROUPS_LONGEST_FIRST = ["browser", "test_grading_roundtrip.py", "test_grading_damage.py",
+                        "test_grading_cluster.py", "test_grading_class.py", "test_grading_cheats.py",
+                        "test_grading_manual.py", "test_catalogue.py", "test_specs.py", "test_scan.py",
+                        "test_grading_postgres.py"]
+
+
+def _group(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return "browser" if "/browser/" in f"/{path}" else path.rsplit("/", 1)[-1]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadscope":   # make test-fast: xdist's per-test load
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return _group(nodeid)
+
+    config.option.loadscopereorder = False   # keep the order below, not "most tests first"
+    return ByGroup(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         path = Path(str(item.fspath))
@@ -40,3 +71,5 @@ def pytest_collection_modifyitems(config, items):
         for key in (path.name, f"{path.name}::{item.originalname or item.name}"):
             for mark in LANES.get(key, ()):
                 item.add_marker(getattr(pytest.mark, mark))
+    rank = {g: i for i, g in enumerate(GROUPS_LONGEST_FIRST)}
+    items.sort(key=lambda it: rank.get(_group(it.nodeid), len(rank)))  # stable

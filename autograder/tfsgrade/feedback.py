@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import shutil
+import threading
 
 from . import course
 
@@ -15,11 +16,17 @@ def write_feedback(items, s) -> None:
     fb_out = s.out / "feedback"
     shutil.rmtree(fb_out, ignore_errors=True)
     judges.clean_autograded(items, s)  # no hidden tests, no endless output, no active content
+    # nbgrader's own export only reads the gradebook, which is final after merge: it runs
+    # beside generate_feedback (about 3 s of nbgrader start-up that nobody waits for)
+    export = threading.Thread(target=course.run_nbgrader, daemon=True, kwargs=dict(
+        root=s.course, args=["export", "--to", str(s.out / "nbgrader_export.csv")], timeout=300))
+    export.start()
     graded = [it for it in items if it.status == "graded"]
     if graded:   # every graded notebook of the run in one nbgrader process (see merge)
         r = course.run_nbgrader(s.course, ["generate_feedback", "*", "--force"], timeout=600 + 5 * len(graded))
         if r.returncode != 0:
             s.log(f"  generate_feedback reported problems: {(r.stdout + r.stderr)[-600:]}")
+    export.join()
     for it in items:
         src = s.course / "feedback" / it.student / it.assignment / f"{it.assignment}.html"
         if it.status == "graded" and src.exists():
@@ -32,7 +39,7 @@ def write_feedback(items, s) -> None:
 
 
 def write_grades(items, s) -> None:
-    course.run_nbgrader(s.course, ["export", "--to", str(s.out / "nbgrader_export.csv")], timeout=300)
+    """grades.csv and the LMS exports (nbgrader's own export is written by write_feedback)."""
     names = list(s.names)
     max_by_a = {a: max((it.max_score for it in items if it.assignment == a), default=0.0) for a in names}
     students = sorted({it.student for it in items})

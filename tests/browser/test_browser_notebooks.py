@@ -1,6 +1,8 @@
-"""Every solution and student notebook, opened in JupyterLab in a real browser and run as a
-student runs it (Run > Run All Cells, then on past each error). The notebooks are found by
-globbing solutions/*.ipynb and notebooks/*.ipynb, so a new notebook is covered on arrival."""
+"""Every solution notebook and the first student notebook, opened in JupyterLab in a real
+browser and run as a student runs it (Run > Run All Cells, then on past each error). The
+notebooks come from the course manifest, so a new notebook is covered on arrival; the other
+untouched student notebooks are checked headless by the grading round trip
+(TFS_BROWSER_ALL_STUDENT=1 opens them here too)."""
 import os
 import shutil
 import time
@@ -11,6 +13,7 @@ import pytest
 from labdriver import DOCS_IMG, NOTEBOOKS, REPO, SHOTS, image_is_blank, shot_is_blank, strip_ansi
 
 IDS = [str(n) for n in NOTEBOOKS]
+DRAWS = ("plots.", "explore(", "plt.", "fig.", ".plot(", "imshow(")  # a cell that draws
 
 # COURSE_SPEC sections 3 and 7: these notebooks promise heatmaps (attention, per-head,
 # positional encoding, cross-attention); their solution must draw at least one.
@@ -39,6 +42,18 @@ def test_run_all_shows_only_expected_errors(runs, nb):
     if nb.kind == "solution":
         assert not errors, (f"{nb}: after Run All, JupyterLab shows {len(errors)} error output(s):"
                             f"{_lines(errors)}\n{run.where()}")
+        # what a student who finished sees: every test cell silent on stderr (nbgrader scores
+        # a test cell with stderr 0), every drawing cell a figure, the progress table all green
+        noisy = [(c.index, o["text"][:200]) for c in run.cells if c.is_graded_test for o in c.outputs
+                 if o["output_type"] == "stream" and o["name"] == "stderr"]
+        assert not noisy, f"{nb}: test cells wrote to stderr (nbgrader would score 0): {noisy}"
+        blank = [(c.index, c.first_line) for c in run.cells if c.type == "code" and not c.is_explorer
+                 and any(d in c.source for d in DRAWS) and not c.source.lstrip().startswith("def ")
+                 and "# no-figure" not in c.source
+                 and not any("image/png" in o["mimes"] for o in c.outputs)]
+        assert not blank, f"{nb}: cells that draw show no figure: {blank} {run.where()}"
+        table = run.notebook.cell_text(len(run.cells) - 1)
+        assert "0 failed, 0 not done" in table, f"{nb}: {table[:800]}"
     else:
         # A test cell whose exercise is not done shows NotDone, a demo cell that calls a stub
         # shows the stub's NotImplementedError: either way one grey line, no traceback.
