@@ -38,14 +38,18 @@ LANES = {
 # idles. (xdist's own --dist loadgroup cannot do this under pytest 9: it renames node ids,
 # which pytest 9 no longer allows; the scheduler below is xdist's loadscope keyed by group.)
 GROUPS_LONGEST_FIRST = ["browser", "test_grading_roundtrip.py", "test_grading_damage.py",
-                        "test_grading_cluster.py", "test_grading_class.py", "test_grading_cheats.py",
-                        "test_grading_manual.py", "test_catalogue.py", "test_specs.py", "test_scan.py",
+                        "test_grading_cluster.py", "test_grading_class.py", "class01_shared",
+                        "test_catalogue.py", "test_specs.py", "test_scan.py",
                         "test_grading_postgres.py"]
+
+
+SHARED = {"test_grading_cheats.py": "class01_shared", "test_grading_manual.py": "class01_shared"}
 
 
 def _group(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
-    return "browser" if "/browser/" in f"/{path}" else path.rsplit("/", 1)[-1]
+    name = path.rsplit("/", 1)[-1]
+    return "browser" if "/browser/" in f"/{path}" else SHARED.get(name, name)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -73,3 +77,20 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(getattr(pytest.mark, mark))
     rank = {g: i for i, g in enumerate(GROUPS_LONGEST_FIRST)}
     items.sort(key=lambda it: rank.get(_group(it.nodeid), len(rank)))  # stable
+
+
+@pytest.fixture(scope="session")
+def class01_shared(tmp_path_factory):
+    """One graded class of 01 for test_grading_cheats (cheats beside honest students) and
+    test_grading_manual (answers graded by hand, which it changes last): one grading run, not
+    two. Both files are one xdist group (SHARED), so it is built once."""
+    import test_grading_cheats
+    import test_grading_manual
+    from nbtools import A01
+    from tfsgrade.grade import grade
+    base = tmp_path_factory.mktemp("class01_shared")
+    subs, out = base / "subs", base / "out"
+    test_grading_cheats.students(subs)
+    manual = test_grading_manual.students(subs)
+    grade(subs, out, names=[A01], timeout=30, log=lambda *a: None)
+    return {"out": out, "manual": manual}

@@ -7,7 +7,6 @@ import csv
 import pytest
 
 from nbtools import A01, points, solution_sources, student_notebook, write
-from tfsgrade.grade import grade
 
 ALIAS = """from torch.nn.functional import softmax as _sm
 
@@ -34,20 +33,22 @@ def softmax(x, dim=-1):
 """
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    base = tmp_path_factory.mktemp("cheats")
+def students(subs):
+    """The cheats and their honest classmates. They are graded in one run with
+    test_grading_manual's students (tests/conftest.py: class01_shared), whose zoe answers a
+    free-text question and is otherwise the honest solution."""
     sols = solution_sources(A01)
-    subs = base / "subs"
     write(student_notebook(A01, sols), subs / "ada" / f"{A01}.ipynb")
     write(student_notebook(A01, dict(sols, softmax=ALIAS)), subs / "kim" / f"{A01}.ipynb")
     write(student_notebook(A01, dict(sols, scaled_dot_product_attention=REFERENCE)),
           subs / "max" / f"{A01}.ipynb")
     write(student_notebook(A01, dict(sols, softmax=PATCH)), subs / "leo" / f"{A01}.ipynb")
-    write(student_notebook(A01, sols), subs / "zoe" / f"{A01}.ipynb")
     write(student_notebook(A01, dict(sols, softmax=FORGE)), subs / "ivy" / f"{A01}.ipynb")
-    out = base / "out"
-    grade(subs, out, names=[A01], timeout=30, log=lambda *a: None)
+
+
+@pytest.fixture(scope="module")
+def graded(class01_shared):
+    out = class01_shared["out"]
     with (out / "grades.csv").open() as f:
         return out, {r["student_id"]: r for r in csv.DictReader(f)}
 

@@ -7,7 +7,6 @@ import pytest
 
 from nbtools import A01, manual_points, points, solution_sources, student_notebook, write
 from tfsgrade import cli
-from tfsgrade.grade import grade
 
 
 def _rows(out):
@@ -15,22 +14,26 @@ def _rows(out):
         return {r["student_id"]: r for r in csv.DictReader(f)}
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    base = tmp_path_factory.mktemp("manual")
+def students(subs):
+    """zoe answers one free-text question (the rest is the solution), yan hands in the
+    untouched notebook, xia deleted an answer cell. Graded in one run with
+    test_grading_cheats's students (tests/conftest.py: class01_shared)."""
     questions = sorted(manual_points(A01))
     assert len(questions) >= 2
     answered, skipped = questions[0], questions[1]
     text = "Subtracting a constant multiplies top and bottom by the same factor, which cancels."
     fill = dict(solution_sources(A01), **{answered: text})
-    write(student_notebook(A01, fill), base / "subs" / "zoe" / f"{A01}.ipynb")
-    write(student_notebook(A01), base / "subs" / "yan" / f"{A01}.ipynb")
+    write(student_notebook(A01, fill), subs / "zoe" / f"{A01}.ipynb")
+    write(student_notebook(A01), subs / "yan" / f"{A01}.ipynb")
     nb = student_notebook(A01, solution_sources(A01))  # xia deleted an answer cell
     nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") != answered]
-    write(nb, base / "subs" / "xia" / f"{A01}.ipynb")
-    out = base / "out"
-    grade(base / "subs", out, names=[A01], timeout=30, log=lambda *a: None)
-    return out, answered, skipped, text
+    write(nb, subs / "xia" / f"{A01}.ipynb")
+    return answered, skipped, text
+
+
+@pytest.fixture(scope="module")
+def graded(class01_shared):
+    return (class01_shared["out"], *class01_shared["manual"])
 
 
 def test_answers_wait_for_review(graded):

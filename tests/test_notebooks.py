@@ -43,7 +43,7 @@ def _browser_runs_them() -> str | None:
     sys.path.insert(0, str(REPO / "tests" / "browser"))
     from labdriver import unavailable
     why = unavailable()
-    return None if why else "the browser tests run every solution notebook at full size (TFS_HEADLESS_ALWAYS=1 runs this too)"
+    return None if why else "the browser tests run every solution notebook (TFS_HEADLESS_ALWAYS=1 runs this too)"
 
 
 @pytest.mark.parametrize("assignment", assignments())
