@@ -75,10 +75,11 @@ def test_local_cluster_and_external_cluster_agree_and_runs_resume(tmp_path, clus
     assert local == (tmp_path / "remote" / "grades.csv").read_text()
     assert "ada," in local and "cleo," in local
 
-    # interrupted run: cleo's result lost; --student ada: regrade her. Only those two run.
+    # interrupted run: cleo's result lost; --student ada: regrade her. Only those two run (on
+    # the cluster that is already up: a run resumes wherever its tasks execute)
     (tmp_path / "local" / "tasks" / "cleo" / f"{A01}.json").unlink()
     log = Log()
-    grade(subs, tmp_path / "local", workers=2, students=["ada"], log=log, **opts)
+    grade(subs, tmp_path / "local", scheduler=cluster, students=["ada"], log=log, **opts)
     ran = [m for m in log if m.startswith("running")]
     assert ran and ran[0].startswith("running 2 task(s) (1 already done)"), log
     assert (tmp_path / "local" / "grades.csv").read_text() == local
