@@ -1,7 +1,12 @@
 """The grading command end to end on every notebook: the solution earns every autograded point,
 the untouched student notebook earns 0, and its grading completes (nbgrader's real apps and
 gradebook). The free-text answers are graded by hand: left as released they score 0 and wait
-for nobody; their points count in the maximum."""
+for nobody; their points count in the maximum.
+
+The solutions are graded as every class is, on the fast path (their demonstration cells left
+out: full marks prove nothing graded needs them); the untouched notebooks run every cell
+(`run_demos` for that student), which checks that a student who has done nothing yet sees only
+the stubs' grey lines."""
 import pytest
 
 from nbtools import (NOTEBOOKS, assignments, manual_points, points, solution_sources,
@@ -27,7 +32,7 @@ def roundtrip(tmp_path_factory):
     write(student_notebook(MISTAKE[0], {**solution_sources(MISTAKE[0]), "softmax": MISTAKE[1]}),
           subs / "mistake" / f"{MISTAKE[0]}.ipynb")
     out = base / "out"
-    items = grade(subs, out, names=assignments(), log=lambda *a: None)
+    items = grade(subs, out, names=assignments(), run_demos=["untouched"], log=lambda *a: None)
     return out, items
 
 
@@ -91,13 +96,22 @@ def test_untouched_notebook_errors_are_only_the_stubs(roundtrip, assignment):
 
 
 @pytest.mark.parametrize("assignment", assignments())
-def test_solution_progress_table_all_passed(roundtrip, assignment):
+def test_solution_graded_with_its_demonstrations_left_out(roundtrip, assignment):
+    """The fast path: the solution's demonstration cells (the progress table among them) did
+    not run, show no output and no "not executed" error, and it still earned every point
+    (test above). The browser's Run All checks the same notebook's progress table."""
     import nbformat
-    out, _ = roundtrip
+    from tfsgrade import demos
+    out, items = roundtrip
+    by = {(it.student, it.assignment): it for it in items}
+    released = nbformat.read(NOTEBOOKS / f"{assignment}.ipynb", as_version=4)
+    n_demos = sum(1 for c in released.cells if demos._plain(c))
+    assert by[("solution", assignment)].result["demos_left_out"] == n_demos
+    assert by[("untouched", assignment)].result["demos_left_out"] == 0
     nb = nbformat.read(out / "course" / "autograded" / "solution" / assignment / f"{assignment}.ipynb",
                        as_version=4)
-    text = "".join(o.get("data", {}).get("text/plain", "") for o in nb.cells[-1].outputs)
-    assert "0 failed, 0 not done" in text, text
+    plain = [c for c in nb.cells if c.cell_type == "code" and not c.metadata.get("nbgrader")]
+    assert len(plain) == n_demos and not [c.outputs for c in plain if c.outputs]
 
 
 def test_feedback_shows_the_same_compact_box(roundtrip):

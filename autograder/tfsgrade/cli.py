@@ -101,6 +101,10 @@ def main(argv=None):
                         "folder and kept in OUT/probe_seed.txt, so a rerun gives the same grades)")
     g.add_argument("--reveal-hidden", action="store_true",
                    help="feedback shows hidden tests' code and inputs (after the deadline)")
+    g.add_argument("--run-demos", nargs="*", metavar="STUDENT", default=None,
+                   help="run the demonstration cells too, for every student or only those named "
+                        "(by default the sandbox leaves out the unchanged ones that nothing graded "
+                        "needs: figures, explorers, training)")
     c = sub.add_parser("course", help="make an nbgrader course directory for the formgrader")
     c.add_argument("dir", type=Path)
     e = sub.add_parser("export", help="re-read the gradebook after manual grading; rewrite grades.csv")
@@ -128,7 +132,7 @@ def main(argv=None):
         items = grade(a.submissions, a.out, names=a.assignment, db_url=a.db_url,
                       timeout=a.timeout, notebook_timeout=a.notebook_timeout, mem_gb=a.mem_gb,
                       students=a.student, scheduler=a.scheduler, workers=a.workers,
-                      sandbox=not a.no_sandbox, reveal_hidden=a.reveal_hidden,
+                      sandbox=not a.no_sandbox, reveal_hidden=a.reveal_hidden, run_demos=(a.run_demos or True) if a.run_demos is not None else False,
                       probe_seed=a.probe_seed)
         flagged = [it for it in items if it.status == "flagged" or it.reasons]
         print(f"graded {sum(it.status == 'graded' for it in items)} notebook(s); "

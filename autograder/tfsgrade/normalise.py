@@ -6,7 +6,9 @@ would expect, so that cell metadata never costs a grade and never stops the clas
   its metadata: points and grade ids are always the source's), in the source's order;
   deleted, edited, duplicated, moved, retyped or re-pointed ones are replaced and noted;
 - the student's answer cells keep the student's code under the source's metadata;
-- cells the student added (no nbgrader metadata) stay where the student put them.
+- cells the student added (no nbgrader metadata) stay where the student put them;
+- demonstration cells that nothing graded needs are marked, so the sandbox may leave them
+  out (tfsgrade.demos).
 
 The template comes from the course directory this run made: the released notebook for
 layout and stubs, the gradebook's source cells for test text (hidden tests included).
@@ -18,6 +20,8 @@ import json
 import uuid
 
 import nbformat
+
+from . import demos
 
 
 def _meta(c) -> dict:
@@ -39,6 +43,7 @@ def template(course_root, a: str, db_url: str):
     nb = nbformat.read(course_root / "release" / a / f"{a}.ipynb", as_version=4)
     nb.metadata["tfsgrade_released"] = {_meta(c)["grade_id"]: c.source for c in nb.cells
                                         if _meta(c).get("grade_id")}
+    nb.metadata["tfsgrade_demos"] = sorted(demos.demo_texts(nb))
     with Gradebook(db_url) as gb:
         for c in nb.cells:
             m = _meta(c)
@@ -144,6 +149,7 @@ def normalise(raw: bytes, tmpl) -> tuple[bytes, list[str]]:
     out = nbformat.v4.new_notebook()
     out.metadata = copy.deepcopy(nb.metadata)
     out.metadata.pop("tfsgrade_released", None)
+    out.metadata.pop("tfsgrade_demos", None)
     for k in ("kernelspec", "language_info"):
         if k in tmpl.metadata:
             out.metadata[k] = copy.deepcopy(tmpl.metadata[k])
@@ -162,6 +168,8 @@ def normalise(raw: bytes, tmpl) -> tuple[bytes, list[str]]:
             c.setdefault("outputs", [])
             c.setdefault("execution_count", None)
         out.cells.append(c)
+    # the grading fast path: which unchanged demonstration cells nothing that runs needs
+    demos.mark(out.cells, set(tmpl.metadata.get("tfsgrade_demos", [])))
     nbformat.validate(out)
     return nbformat.writes(out).encode(), notes
 

@@ -22,12 +22,12 @@ from contextlib import contextmanager
 
 from .sandbox import execute_task
 
-VERSION = "6"   # bump when the runner's behaviour changes: invalidates cached results
+VERSION = "7"   # bump when the runner's behaviour changes: invalidates cached results
 
 
 def _key(it, s) -> str:
     h = hashlib.sha256(it.notebook)
-    h.update(s.fingerprint().encode() + VERSION.encode())
+    h.update(s.fingerprint().encode() + VERSION.encode() + str(s.runs_demos(it.student)).encode())
     from .verdict import probe_cells            # the independent check's plan is part of the task
     h.update(json.dumps(probe_cells(it.assignment, s.probe_seed)).encode())
     return h.hexdigest()
@@ -113,7 +113,7 @@ def payload(it, s) -> dict:
     from dataclasses import asdict
     from .verdict import probe_cells
     return {"student": it.student, "assignment": it.assignment, "notebook": it.notebook,
-            "limits": asdict(s.limits), "sandbox": s.sandbox,
+            "limits": asdict(s.limits), "sandbox": s.sandbox, "run_demos": s.runs_demos(it.student),
             "probes": list(probe_cells(it.assignment, s.probe_seed))}
 
 

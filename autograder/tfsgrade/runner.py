@@ -142,6 +142,10 @@ def main():
         pass
     probe_cells = insert_probes(nb, cfg.get("probes", []))
     cells = nb.cells
+    # the grading fast path: demonstration cells that the coordinator (tfsgrade.demos) found
+    # nothing else needs are left out, unless the grader says run_demos
+    demo = {k for k, c in enumerate(cells) if c.get("metadata", {}).pop("tfsgrade_demo", None)
+            and not cfg.get("run_demos")}
     events, seconds = [], {}
     deadline = time.monotonic() + lim["notebook_timeout"]
 
@@ -239,6 +243,11 @@ def main():
                         continue
                     if time.monotonic() > deadline:
                         raise BudgetSpent()
+                    if i in demo:                         # no outputs, never replayed
+                        c.outputs, c.execution_count = [], None
+                        c.metadata["tfsgrade"] = {"ran": sha(c.source), "demo": True}
+                        i += 1
+                        continue
                     if skip_looping(i):
                         i += 1
                         continue
@@ -287,6 +296,7 @@ def main():
     probes, events, seconds = strip_probes(nb, probe_cells, events, seconds)
     doc = json.dumps({"notebook": nbformat.writes(nb), "events": events,
                       "seconds": seconds, "restarts": restarts, "started": started,
+                      "demos_left_out": len(demo),
                       "uid": os.getuid(), "probes": probes})
     with os.fdopen(out_fd, "w") as f:
         f.write(doc)

@@ -223,6 +223,7 @@ def execute_task(task: dict) -> dict:
             cwd, src, runner, ctl = str(scratch / "work"), str(scratch / "ctl" / f"{a}.ipynb"), \
                 str(RUNNER), str(scratch / "ctl")
         cfg = {"source": src, "notebook": f"{cwd}/{a}.ipynb", "cwd": cwd, "limits": task["limits"],
+               "run_demos": bool(task.get("run_demos")),
                "drop_to": NOBODY if (task["sandbox"] and root_mode) else None,
                "nproc": bool(task["sandbox"]) and not root_mode, "probes": task.get("probes", [])}
         (scratch / "ctl" / "run.json").write_text(json.dumps(cfg))
@@ -266,7 +267,8 @@ def execute_task(task: dict) -> dict:
         else:
             doc = json.loads(bytes(data))
             res.update(notebook=doc["notebook"], events=doc["events"], seconds=doc["seconds"],
-                       restarts=doc["restarts"], probes=doc.get("probes", {}))
+                       restarts=doc["restarts"], probes=doc.get("probes", {}),
+                       demos_left_out=doc.get("demos_left_out", 0))
             res["sandbox"]["start_ms"] = round((doc["started"] - launched) * 1000, 1)
             res["sandbox"]["uid"] = doc["uid"]
     finally:

@@ -37,12 +37,13 @@ class Settings:
     progress: bool | None = None   # None: only on a terminal
     reveal_hidden: bool = False    # feedback shows hidden tests' code (after the deadline)
     probe_seed: int = 0            # the independent check's inputs (OUT/probe_seed.txt)
+    run_demos: bool | tuple = False  # demonstration cells run too: for everyone, or these students
     log: object = print
 
     @classmethod
     def build(cls, out, *, db_url=None, names=None, students=None, timeout=120,
               notebook_timeout=900, mem_gb=6.0, sandbox=True, scheduler=None, workers=0,
-              progress=None, reveal_hidden=False, probe_seed=None, log=print,
+              progress=None, reveal_hidden=False, probe_seed=None, run_demos=False, log=print,
               **limits) -> "Settings":
         out = Path(out).resolve()
         course = out / "course"
@@ -54,11 +55,17 @@ class Settings:
                    sandbox=bool(sandbox), scheduler=scheduler,
                    workers=int(workers or os.cpu_count() or 1), progress=progress,
                    reveal_hidden=bool(reveal_hidden), probe_seed=_probe_seed(out, probe_seed),
+                   run_demos=run_demos if isinstance(run_demos, bool) else tuple(run_demos),
                    log=log)
 
     def with_names(self, names) -> "Settings":
         from dataclasses import replace
         return replace(self, names=tuple(names))
+
+    def runs_demos(self, student: str) -> bool:
+        """Whether this student's demonstration cells run (tfsgrade.demos: by default the
+        sandbox leaves out the unchanged ones nothing graded needs)."""
+        return self.run_demos is True or (not isinstance(self.run_demos, bool) and student in self.run_demos)
 
     def fingerprint(self) -> str:
         """What, besides the notebook, changes a task's result (part of the cache key)."""

@@ -1,0 +1,122 @@
+"""The grading fast path: which cells of a normalised submission only demonstrate, so the
+sandbox may leave them out (issue 15, item 6). Runs in the coordinator, at normalise time.
+
+A cell is left out only when all of these hold:
+- it is a plain code cell of the released notebook (no nbgrader role, not tagged `keep`),
+  handed in with exactly the released text: a cell the student wrote or edited always runs;
+- nothing that runs after it reads a name it binds or changes. Names are read from the
+  code (every identifier, function bodies included), so a student's answer that uses a
+  variable a demonstration defined keeps that demonstration, and whatever it reads in turn.
+A cell whose code cannot be parsed may read anything: every demonstration above it runs.
+
+What is left out gets no outputs and runs nowhere; nothing graded depends on it. The
+round trip proves that for the course (every solution notebook keeps full marks with its
+demonstrations left out), and `tfs-grade --run-demos` runs everything.
+"""
+from __future__ import annotations
+
+import ast
+
+MARK = "tfsgrade_demo"     # cell metadata set here, read by the runner; never trusted from input
+KEEP = "keep"              # a cell tag: the author says this plain cell must always run
+
+
+def _python(src: str) -> str | None:
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+        return TransformerManager().transform_cell(src)
+    except Exception:  # noqa: BLE001 - no IPython: magics make the cell unparsable below
+        return src
+
+
+def _parse(src: str):
+    """(ast, symtable) of the cell's Python, or None when it does not parse."""
+    import symtable
+    code = _python(src)
+    try:
+        return ast.parse(code), symtable.symtable(code, "<cell>", "exec")
+    except (SyntaxError, ValueError, TypeError):
+        return None
+
+
+def _tables(table):
+    yield table
+    for child in table.get_children():
+        yield from _tables(child)
+
+
+def binds(src: str) -> set[str] | None:
+    """Names the cell binds or changes in the notebook's namespace: assigned, defined,
+    imported or deleted at the top, declared global and assigned in a function, or the base of
+    an attribute or item it assigns (`x.a = ...`, `x[0] = ...`); None when unknown."""
+    parsed = _parse(src)
+    if parsed is None:
+        return None
+    tree, top = parsed
+    out = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    for t in _tables(top):
+        out |= {s.get_name() for s in t.get_symbols() if s.is_global() and s.is_assigned()}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            return None
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Del):
+            out.add(node.id)
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            base = node.value
+            while isinstance(base, (ast.Attribute, ast.Subscript)):
+                base = base.value
+            if isinstance(base, ast.Name):
+                out.add(base.id)
+    return out
+
+
+def reads(src: str) -> set[str] | None:
+    """The notebook-level names the cell may read, at the top or from inside its functions,
+    classes and comprehensions (their own locals and parameters excluded); None when unknown."""
+    parsed = _parse(src)
+    if parsed is None:
+        return None
+    tree, top = parsed
+    out = {s.get_name() for t in _tables(top) for s in t.get_symbols()
+           if s.is_global() and s.is_referenced()}
+    for node in ast.walk(tree):                     # x += 1 and del x read x too
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Del):
+            out.add(node.id)
+    return out
+
+
+def _plain(c) -> bool:
+    nbg = c.get("metadata", {}).get("nbgrader")
+    return c.get("cell_type") == "code" and not (isinstance(nbg, dict) and nbg)
+
+
+def demo_texts(released) -> set[str]:
+    """The texts of the released notebook's demonstration cells."""
+    return {c.source.strip() for c in released.cells
+            if _plain(c) and KEEP not in c.get("metadata", {}).get("tags", [])}
+
+
+def mark(cells, texts: set[str]) -> int:
+    """Set MARK on the cells that may be left out (any MARK the input carried is dropped);
+    returns how many. One pass from the last cell up, carrying the names still needed."""
+    needed: set[str] = set()
+    anything = False                                # an unparsable cell below needs it all
+    n = 0
+    for c in reversed(cells):
+        if c.get("cell_type") != "code":
+            continue
+        c.setdefault("metadata", {}).pop(MARK, None)
+        if not anything and _plain(c) and c.source.strip() in texts:
+            b = binds(c.source)
+            if b is not None and not (b & needed):
+                c.metadata[MARK] = True
+                n += 1
+                continue
+        r = reads(c.source)
+        if r is None:
+            anything = True
+        else:
+            needed |= r
+    return n
