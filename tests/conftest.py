@@ -24,6 +24,7 @@ LANES = {
     "test_grading_postgres.py": ("nbgrader", "slow"),  # a real PostgreSQL gradebook
     "test_grading_stages.py::test_watchdog_caps_children_together_without_a_cgroup": ("slow",),
     "test_grading_stages.py::test_runner_isolates_a_kernel_death_unsandboxed": ("slow",),
+    "test_grading_stages.py::test_generated_course_is_reused_only_for_the_same_inputs": ("nbgrader", "slow"),
     "test_grading_demos.py::test_the_runner_leaves_out_marked_cells_and_says_they_ran_nowhere": ("slow",),
     "test_scan.py::test_catalogue_raises_no_flag_except_real_shortcuts": ("slow",),  # ~25 s
     "test_lab.py": ("slow",),  # starts a JupyterLab server

@@ -203,3 +203,32 @@ def test_verdict_of_a_probe_that_never_came_back_is_a_failure_with_the_reason():
     assert softmax_cells and all(not v[g].passed and "could not run" in v[g].message for g in softmax_cells)
     # the other exercise had no probe cell at all (no result): failed too, never passed
     assert all(not v[g].passed for g in v)
+
+
+def test_generated_course_is_reused_only_for_the_same_inputs(tmp_path, monkeypatch):
+    """course.generate(reuse=True): a second grading course with the same solutions and config
+    copies what nbgrader generated (release/ and the fresh gradebook, the same content); other
+    solutions, another config or a gradebook elsewhere generate again."""
+    import sqlite3
+
+    from tfsgrade import course
+    monkeypatch.setenv("TFS_CACHE_DIR", str(tmp_path / "cache"))
+    entries = lambda: sorted(p.name for p in (tmp_path / "cache" / "generated").iterdir())  # noqa: E731
+
+    def made(name, **kw):
+        kw.setdefault("executed_elsewhere", True)
+        root = course.make_course(tmp_path / name, [A01], **kw)
+        course.generate(root, [A01], reuse=True)
+        return root
+    a, b = made("a", timeout=30), made("b", timeout=30)
+    assert len(entries()) == 1
+    rel = f"release/{A01}/{A01}.ipynb"
+    assert (a / rel).read_bytes() == (b / rel).read_bytes()
+    dump = lambda r: list(sqlite3.connect(r / "gradebook.db").iterdump())  # noqa: E731
+    assert dump(a) == dump(b) and any("test_softmax_rows" in line for line in dump(b))
+    made("c", timeout=31)                  # generate_assignment executes nothing: the same entry
+    assert len(entries()) == 1
+    made("d", timeout=30, executed_elsewhere=False)         # another config: its own entry
+    assert len(entries()) == 2
+    made("e", timeout=30, db_url=f"sqlite:///{tmp_path / 'elsewhere.db'}")   # not the course's own
+    assert len(entries()) == 2 and (tmp_path / "elsewhere.db").exists()

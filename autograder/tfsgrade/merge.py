@@ -47,7 +47,7 @@ def fresh_course(s) -> None:
         shutil.rmtree(s.course)
     course.make_course(s.course, list(s.names), db_url=s.db_url, timeout=s.limits.cell_timeout,
                        executed_elsewhere=True)
-    course.generate(s.course, list(s.names))
+    course.generate(s.course, list(s.names), reuse=True)
 
 
 def _notes_from_events(it, nb, s) -> list[str]:

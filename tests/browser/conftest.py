@@ -209,7 +209,9 @@ class Runs:
             self.done.add(str(nb))
             nxt = next((p for p in self.plan if p not in self.done), None)
             if nxt:
+                t0 = time.monotonic()
                 self.lab.prefetch(self.relpath(nxt))
+                run.timings["prefetch_s"] = round(time.monotonic() - t0, 1)
         if run.error:
             raise AssertionError(f"{nb}: running the notebook in JupyterLab failed: {run.error} "
                                  f"{run.where()}") from run.error
