@@ -161,3 +161,22 @@ def test_answer_cells_are_manually_graded_markdown(tmp_path):
     assert cell.metadata.nbgrader == {"schema_version": 3, "task": False, "grade": True,
                                       "grade_id": "q_why", "locked": False, "points": 2,
                                       "solution": True}
+
+
+def test_keep_cells_are_plain_code_that_grading_always_runs(tmp_path):
+    """`# %% [keep]`: an ordinary code cell tagged `keep`; tfsgrade.demos never leaves it out,
+    even when no later cell reads a name from it."""
+    import pytest
+
+    from tfsgrade import demos
+    src = tmp_path / "99_keep.py"
+    src.write_text("# %% [keep]\ntorch.set_printoptions(precision=3)\n\n# %%\nprint(1)\n")
+    nb = build.build_notebook(src)
+    keep, plain = nb.cells[0], nb.cells[1]
+    assert keep.cell_type == "code" and "nbgrader" not in keep.metadata
+    assert keep.metadata.tags == ["keep", "raises-exception"]
+    demos.mark(nb.cells, demos.demo_texts(nb))
+    assert not keep.metadata.get(demos.MARK) and plain.metadata.get(demos.MARK)
+    src.write_text("# %% [keep] some_id\nx = 1\n")
+    with pytest.raises(build.SourceError, match=r"\[keep\] cell takes no id"):
+        build.build_notebook(src)

@@ -8,6 +8,11 @@ A source `solutions/src/NN_name.py` is a Python file split into cells by `# %%` 
     # %% [solution] softmax           the exercise cell (grade_id = the name it defines)
     # %% [test] test_softmax_rows 2   a graded, read-only test cell worth 2 points
     # %% [export]                     an ordinary code cell whose code is also exported
+    # %% [keep]                       an ordinary code cell that grading always runs (tagged
+                                      `keep`): by default the grader leaves out unchanged
+                                      ordinary cells that no later cell reads a name from
+                                      (tfsgrade.demos); use it for a side effect that later
+                                      cells rely on without naming it
 
 Exporting to the reference package (`tfsgrade.export`, run by `make release`):
 
@@ -47,7 +52,7 @@ import nbformat
 
 HEADER = re.compile(r"^# %%(?:\s+\[(?P<kind>\w+)\])?(?:\s+(?P<id>[\w.-]+))?(?:\s+(?P<points>[\d.]+))?"
                     r"(?:\s+(?P<flag>noexport))?\s*$")
-KINDS = {None, "markdown", "setup", "solution", "test", "export", "answer"}
+KINDS = {None, "markdown", "setup", "solution", "test", "export", "answer", "keep"}
 DIRECTIVE = re.compile(r"^#\| (?P<key>\w+) (?P<value>.+?)\s*$")
 DIRECTIVES = {"default_exp", "forbid"}
 FORBID = re.compile(r"^(?P<exercises>\w+(?:,\w+)*): (?P<names>[\w.*]+(?: [\w.*]+)*)$")
@@ -73,7 +78,7 @@ def _nbgrader_meta(kind, grade_id, points):
 
 
 class Cell(NamedTuple):
-    kind: str | None  # None (plain code), markdown, setup, solution, test, export
+    kind: str | None  # None (plain code), markdown, setup, solution, test, export, answer, keep
     grade_id: str | None
     points: float | int | None
     source: str
@@ -122,8 +127,8 @@ def parse_cells(text: str, name: str = "<source>") -> list[Cell]:
             kind, gid = m["kind"], m["id"]
             if kind in ("setup", "solution", "test", "answer") and not gid:
                 raise SourceError(f"{name}:{lineno}: a [{kind}] cell needs an id")
-            if kind == "export" and (gid or m["points"]):
-                raise SourceError(f"{name}:{lineno}: an [export] cell takes no id or points")
+            if kind in ("export", "keep") and (gid or m["points"]):
+                raise SourceError(f"{name}:{lineno}: an [{kind}] cell takes no id or points")
             if m["flag"] and kind != "solution":
                 raise SourceError(f"{name}:{lineno}: only a [solution] cell can be noexport")
             if kind == "test" and not gid.startswith("test_"):
@@ -177,6 +182,8 @@ def build_notebook(src: Path) -> nbformat.NotebookNode:
             cell.metadata["tags"] = ["graded-test", "raises-exception"]
         elif kind is None:
             cell.metadata["tags"] = ["raises-exception"]
+        elif kind == "keep":
+            cell.metadata["tags"] = ["keep", "raises-exception"]
         cells.append(cell)
     cells.append(progress_cell(parse(src.read_text(), str(src))))
     nb = nbformat.v4.new_notebook(cells=cells)
