@@ -86,6 +86,7 @@ def test_a_cell_that_does_not_parse_keeps_every_demonstration_above_it():
     ("import numpy as np", "def f(x):\n    return np.tanh(x)"),
     ("from helpers import *", "print(1)"),                                # binds unknown names
     ("counter = 0", "counter += 1"),
+    ("%%time\nsize = 4", "print(1)"),                                   # a cell magic's body
 ])
 def test_what_a_demonstration_binds_or_changes_keeps_it(demo, later):
     rel = _release(demo)

@@ -30,8 +30,11 @@ def _python(src: str) -> str | None:
 
 
 def _parse(src: str):
-    """(ast, symtable) of the cell's Python, or None when it does not parse."""
+    """(ast, symtable) of the cell's Python, or None when it does not parse or is a cell magic
+    (%%time, %%capture, ...: its body is a string to the parser, its names unknown)."""
     import symtable
+    if src.lstrip().startswith("%%"):
+        return None
     code = _python(src)
     try:
         return ast.parse(code), symtable.symtable(code, "<cell>", "exec")
@@ -105,9 +108,9 @@ def mark(cells, texts: set[str]) -> int:
     anything = False                                # an unparsable cell below needs it all
     n = 0
     for c in reversed(cells):
+        c.setdefault("metadata", {}).pop(MARK, None)
         if c.get("cell_type") != "code":
             continue
-        c.setdefault("metadata", {}).pop(MARK, None)
         if not anything and _plain(c) and c.source.strip() in texts:
             b = binds(c.source)
             if b is not None and not (b & needed):

@@ -145,7 +145,7 @@ def main():
     # the grading fast path: demonstration cells that the coordinator (tfsgrade.demos) found
     # nothing else needs are left out, unless the grader says run_demos
     demo = {k for k, c in enumerate(cells) if c.get("metadata", {}).pop("tfsgrade_demo", None)
-            and not cfg.get("run_demos")}
+            and c.cell_type == "code" and not cfg.get("run_demos")}
     events, seconds = [], {}
     deadline = time.monotonic() + lim["notebook_timeout"]
 
