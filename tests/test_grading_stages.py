@@ -228,7 +228,12 @@ def test_generated_course_is_reused_only_for_the_same_inputs(tmp_path, monkeypat
     assert dump(a) == dump(b) and any("test_softmax_rows" in line for line in dump(b))
     made("c", timeout=31)                  # generate_assignment executes nothing: the same entry
     assert len(entries()) == 1
-    made("d", timeout=30, executed_elsewhere=False)         # another config: its own entry
-    assert len(entries()) == 2
-    made("e", timeout=30, db_url=f"sqlite:///{tmp_path / 'elsewhere.db'}")   # not the course's own
-    assert len(entries()) == 2 and (tmp_path / "elsewhere.db").exists()
+    # another config or other solutions: another key; a gradebook elsewhere: never copied
+    other = course.make_course(tmp_path / "d", [A01], executed_elsewhere=False)
+    assert course._generate_key(other, [A01]) != course._generate_key(a, [A01])
+    nb = other / "source" / A01 / f"{A01}.ipynb"
+    nb.write_text(nb.read_text().replace("softmax", "soft_max", 1))
+    assert course._generate_key(other, [A01]) != course._generate_key(
+        course.make_course(tmp_path / "d2", [A01], executed_elsewhere=False), [A01])
+    assert course._own_sqlite(a) and not course._own_sqlite(
+        course.make_course(tmp_path / "e", [A01], db_url=f"sqlite:///{tmp_path / 'elsewhere.db'}"))
