@@ -90,6 +90,9 @@ def test_fixture_class_feedback_and_report(fixture_class):
     report = (out / "report.md").read_text()
     assert "test_softmax_rows" in report and "pass rate" in report.lower()
     assert "eve" in report and "malformed" in report
+    assert "Demonstration cells: unchanged ones that nothing graded reads were left out" in report
+    by = {it.student: it for it in items}
+    assert by["ada"].result["demos_left_out"] > 0, "the grading fast path is off"
     assert (out / "score_histogram.png").read_bytes()[:4] == b"\x89PNG"
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html

@@ -234,12 +234,19 @@ def run_section(items, s) -> list[str]:
     md += ["", f"Limits: {lim.cell_timeout}s per cell, {lim.notebook_timeout}s per notebook, "
            f"{lim.mem_gb:g} GB memory, {lim.max_procs} processes, {lim.output_mb:g} MB output; "
            f"workers: {s.scheduler or s.workers}.", "",
-           "| student | notebook | task s | slowest cell s | kernel restarts | worker |", "|---|---|---|---|---|---|"]
+           "Demonstration cells: " + ("all run (--run-demos)." if s.run_demos is True else
+                                      "unchanged ones that nothing graded reads were left out "
+                                      "(no output in the feedback; --run-demos runs them"
+                                      + (f", as it did for {', '.join(s.run_demos)}" if s.run_demos else "")
+                                      + ")."), "",
+           "| student | notebook | task s | slowest cell s | kernel restarts | demos left out | worker |",
+           "|---|---|---|---|---|---|---|"]
     for it in items:
         r = it.result or {}
         if not r:
             continue
         secs = r.get("seconds") or {}
         md.append(f"| {it.student} | {it.assignment} | {r.get('timings', {}).get('total_s', '')} | "
-                  f"{max(secs.values()) if secs else ''} | {r.get('restarts', 0)} | {r.get('host', '')} |")
+                  f"{max(secs.values()) if secs else ''} | {r.get('restarts', 0)} | "
+                  f"{r.get('demos_left_out', '')} | {r.get('host', '')} |")
     return md
