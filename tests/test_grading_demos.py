@@ -117,9 +117,11 @@ def test_course_solutions_leave_out_only_demonstrations(a):
 
 
 def test_the_runner_leaves_out_marked_cells_and_says_they_ran_nowhere():
-    """Unsandboxed runner: a marked cell gets no outputs and the sandbox's hash (so nbgrader
-    does not call it NotExecuted); run_demos runs it."""
+    """Unsandboxed runner: a marked cell gets one line saying it was left out (never the
+    outputs it was handed in with) and the sandbox's hash (so nbgrader does not call it
+    NotExecuted); run_demos runs it."""
     from tfsgrade.merge import RanInSandbox
+    from tfsgrade.runner import LEFT_OUT
     from tfsgrade.sandbox import execute_task
     from tfsgrade.settings import Limits
     nb = nbformat.v4.new_notebook()
@@ -127,7 +129,7 @@ def test_the_runner_leaves_out_marked_cells_and_says_they_ran_nowhere():
     nb.cells = [code("x = 1"), code("print('demo', x)"), code("print(x + 1)")]
     nb.cells[1].metadata[demos.MARK] = True
     nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="forged\n")]
-    for run_demos, shown in ((False, []), (True, ["demo 1\n"])):
+    for run_demos, shown in ((False, [LEFT_OUT]), (True, ["demo 1\n"])):
         r = execute_task({"student": "s", "assignment": "t", "notebook": nbformat.writes(copy.deepcopy(nb)).encode(),
                           "limits": asdict(Limits(cell_timeout=30, notebook_timeout=120)),
                           "sandbox": False, "run_demos": run_demos})

@@ -98,10 +98,11 @@ def test_untouched_notebook_errors_are_only_the_stubs(roundtrip, assignment):
 @pytest.mark.parametrize("assignment", assignments())
 def test_solution_graded_with_its_demonstrations_left_out(roundtrip, assignment):
     """The fast path: the solution's demonstration cells (the progress table among them) did
-    not run, show no output and no "not executed" error, and it still earned every point
-    (test above). The browser's Run All checks the same notebook's progress table."""
+    not run and show only the line that says so (no "not executed" error), and it still earned
+    every point (test above). The browser's Run All checks the same notebook's progress table."""
     import nbformat
     from tfsgrade import demos
+    from tfsgrade.runner import LEFT_OUT
     out, items = roundtrip
     by = {(it.student, it.assignment): it for it in items}
     released = nbformat.read(NOTEBOOKS / f"{assignment}.ipynb", as_version=4)
@@ -111,7 +112,10 @@ def test_solution_graded_with_its_demonstrations_left_out(roundtrip, assignment)
     nb = nbformat.read(out / "course" / "autograded" / "solution" / assignment / f"{assignment}.ipynb",
                        as_version=4)
     plain = [c for c in nb.cells if c.cell_type == "code" and not c.metadata.get("nbgrader")]
-    assert len(plain) == n_demos and not [c.outputs for c in plain if c.outputs]
+    assert len(plain) == n_demos
+    assert all([o.get("text") for o in c.outputs] == [LEFT_OUT] for c in plain), plain[0].outputs
+    html = (out / "feedback" / "solution" / f"{assignment}.html").read_text()
+    assert "not run when grading" in html
 
 
 def test_feedback_shows_the_same_compact_box(roundtrip):

@@ -228,12 +228,16 @@ def test_generated_course_is_reused_only_for_the_same_inputs(tmp_path, monkeypat
     assert dump(a) == dump(b) and any("test_softmax_rows" in line for line in dump(b))
     made("c", timeout=31)                  # generate_assignment executes nothing: the same entry
     assert len(entries()) == 1
-    # another config or other solutions: another key; a gradebook elsewhere: never copied
-    other = course.make_course(tmp_path / "d", [A01], executed_elsewhere=False)
-    assert course._generate_key(other, [A01]) != course._generate_key(a, [A01])
-    nb = other / "source" / A01 / f"{A01}.ipynb"
+    # the formgrader's course (no grading settings) shares it; other solutions or another
+    # course config get another key; a gradebook elsewhere is never copied
+    plain = course.make_course(tmp_path / "d", [A01], executed_elsewhere=False)
+    assert course._generate_key(plain, [A01]) == course._generate_key(a, [A01])
+    nb = plain / "source" / A01 / f"{A01}.ipynb"
     nb.write_text(nb.read_text().replace("softmax", "soft_max", 1))
-    assert course._generate_key(other, [A01]) != course._generate_key(
-        course.make_course(tmp_path / "d2", [A01], executed_elsewhere=False), [A01])
+    assert course._generate_key(plain, [A01]) != course._generate_key(a, [A01])
+    cfg = a / "nbgrader_config.py"
+    key = course._generate_key(a, [A01])
+    cfg.write_text(cfg.read_text() + "c.ClearSolutions.code_stub = {'python': 'pass'}\n")
+    assert course._generate_key(a, [A01]) != key
     assert course._own_sqlite(a) and not course._own_sqlite(
         course.make_course(tmp_path / "e", [A01], db_url=f"sqlite:///{tmp_path / 'elsewhere.db'}"))

@@ -150,7 +150,7 @@ def main(argv=None):
         print(f"wrote {path} and {review}")
     elif a.cmd == "course":
         root = course.make_course(a.dir, course.assignments())
-        course.generate(root, course.assignments())
+        course.generate(root, course.assignments(), reuse=True)
         print(f"nbgrader course directory ready at {root}")
     return 0
 

@@ -153,8 +153,10 @@ def _generate_key(root: Path, names: list[str]) -> str:
 
     import nbgrader
     h = hashlib.sha256(f"{GENERATED_VERSION} {nbgrader.__version__} {sys.version_info[:2]}".encode())
-    # the config without its paths and the cell timeout (generate_assignment executes nothing)
+    # the config without its paths, the cell timeout and the grading run's autograde settings
+    # (generate_assignment executes nothing and autogrades nothing)
     cfg = (root / "nbgrader_config.py").read_text().replace(str(root.resolve()), "<ROOT>")
+    cfg = cfg.replace(EXECUTED_ELSEWHERE, "")
     h.update("\n".join(x for x in cfg.splitlines() if not x.startswith("c.Execute.timeout")).encode())
     for a in names:
         h.update(f"\0{a}\0".encode() + (root / "source" / a / f"{a}.ipynb").read_bytes())

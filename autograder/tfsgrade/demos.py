@@ -4,14 +4,17 @@ sandbox may leave them out (issue 15, item 6). Runs in the coordinator, at norma
 A cell is left out only when all of these hold:
 - it is a plain code cell of the released notebook (no nbgrader role, not tagged `keep`),
   handed in with exactly the released text: a cell the student wrote or edited always runs;
-- nothing that runs after it reads a name it binds or changes. Names are read from the
-  code (every identifier, function bodies included), so a student's answer that uses a
-  variable a demonstration defined keeps that demonstration, and whatever it reads in turn.
-A cell whose code cannot be parsed may read anything: every demonstration above it runs.
+- nothing that runs after it reads a name it binds or changes. Names come from Python's
+  own symbol tables: every notebook-level name a cell reads, inside its functions too (their
+  parameters and locals excluded), so a student's answer that uses a variable a
+  demonstration defined keeps that demonstration, and whatever it reads in turn.
+A cell whose code cannot be parsed, or a cell magic, may read anything: every demonstration
+above it runs.
 
-What is left out gets no outputs and runs nowhere; nothing graded depends on it. The
-round trip proves that for the course (every solution notebook keeps full marks with its
-demonstrations left out), and `tfs-grade --run-demos` runs everything.
+What is left out runs nowhere; its only output is a line saying so (tfsgrade.runner).
+Nothing graded depends on it: the round trip proves that for the course (every solution
+notebook keeps full marks with its demonstrations left out); `tfs-grade --run-demos` runs
+everything.
 """
 from __future__ import annotations
 

@@ -236,7 +236,7 @@ def run_section(items, s) -> list[str]:
            f"workers: {s.scheduler or s.workers}.", "",
            "Demonstration cells: " + ("all run (--run-demos)." if s.run_demos is True else
                                       "unchanged ones that nothing graded reads were left out "
-                                      "(no output in the feedback; --run-demos runs them"
+                                      "(the feedback says so under each; --run-demos runs them"
                                       + (f", as it did for {', '.join(s.run_demos)}" if s.run_demos else "")
                                       + ")."), "",
            "| student | notebook | task s | slowest cell s | kernel restarts | demos left out | worker |",
