@@ -44,6 +44,15 @@ def students(subs):
           subs / "max" / f"{A01}.ipynb")
     write(student_notebook(A01, dict(sols, softmax=PATCH)), subs / "leo" / f"{A01}.ipynb")
     write(student_notebook(A01, dict(sols, softmax=FORGE)), subs / "ivy" / f"{A01}.ipynb")
+    # honest, and tries the answer on the demonstration's `x` above it (the grading fast path
+    # must run that demonstration: a NameError here would be a grade lost to an accident)
+    write(student_notebook(A01, dict(sols, softmax=sols["softmax"] + TRY_IT)), subs / "ola" / f"{A01}.ipynb")
+
+
+TRY_IT = """
+
+print(softmax(x))  # the large scores of the example above: no nan any more
+"""
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +70,27 @@ def _part(exercise):
 def test_honest_students_keep_full_marks_and_no_flags(graded):
     _, rows = graded
     full = sum(points(A01).values())
-    for sid in ("ada", "zoe"):
+    for sid in ("ada", "zoe", "ola"):
         assert float(rows[sid][A01]) == full, rows[sid]
         assert rows[sid]["flags"] == "" and "scan" not in rows[sid]["notes"], rows[sid]
+
+
+def test_an_answer_that_reads_a_demonstration_keeps_it_running(graded):
+    """ola's softmax cell prints softmax(x), x being the demonstration's tensor above it:
+    that demonstration ran (its own print is there), the answer cell shows no error, and the
+    demonstrations nothing reads were left out."""
+    import nbformat
+
+    from tfsgrade.runner import LEFT_OUT
+    out, _ = graded
+    nb = nbformat.read(out / "course" / "autograded" / "ola" / A01 / f"{A01}.ipynb", as_version=4)
+    text = lambda c: "".join(o.get("text", "") for o in c.outputs)  # noqa: E731
+    demo = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("x = torch.tensor([1000.0"))
+    assert "naive softmax of [1000, 1001, 1002]" in text(demo), demo.outputs
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "softmax")
+    assert not [o for o in answer.outputs if o.output_type == "error"] and "nan" not in text(answer)
+    assert "tensor([0.0900, 0.2447, 0.6652])" in text(answer), answer.outputs
+    assert any(text(c) == LEFT_OUT for c in nb.cells if c.cell_type == "code")
 
 
 def test_certain_shortcut_scores_zero_on_its_exercise_only(graded):
