@@ -132,7 +132,8 @@ def main(argv=None):
         items = grade(a.submissions, a.out, names=a.assignment, db_url=a.db_url,
                       timeout=a.timeout, notebook_timeout=a.notebook_timeout, mem_gb=a.mem_gb,
                       students=a.student, scheduler=a.scheduler, workers=a.workers,
-                      sandbox=not a.no_sandbox, reveal_hidden=a.reveal_hidden, run_demos=(a.run_demos or True) if a.run_demos is not None else False,
+                      sandbox=not a.no_sandbox, reveal_hidden=a.reveal_hidden,
+                      run_demos=a.run_demos or a.run_demos == [],  # [] (no names): everyone
                       probe_seed=a.probe_seed)
         flagged = [it for it in items if it.status == "flagged" or it.reasons]
         print(f"graded {sum(it.status == 'graded' for it in items)} notebook(s); "

@@ -19,30 +19,23 @@ everything.
 from __future__ import annotations
 
 import ast
+import functools
 
 MARK = "tfsgrade_demo"     # cell metadata set here, read by the runner; never trusted from input
 KEEP = "keep"              # a cell tag: the author says this plain cell must always run
 
 
-def _python(src: str) -> str | None:
+@functools.lru_cache(maxsize=1)
+def _transformer():
+    from IPython.core.inputtransformer2 import TransformerManager
+    return TransformerManager()
+
+
+def _python(src: str) -> str:
     try:
-        from IPython.core.inputtransformer2 import TransformerManager
-        return TransformerManager().transform_cell(src)
+        return _transformer().transform_cell(src)
     except Exception:  # noqa: BLE001 - no IPython: magics make the cell unparsable below
         return src
-
-
-def _parse(src: str):
-    """(ast, symtable) of the cell's Python, or None when it does not parse or is a cell magic
-    (%%time, %%capture, ...: its body is a string to the parser, its names unknown)."""
-    import symtable
-    if src.lstrip().startswith("%%"):
-        return None
-    code = _python(src)
-    try:
-        return ast.parse(code), symtable.symtable(code, "<cell>", "exec")
-    except (SyntaxError, ValueError, TypeError):
-        return None
 
 
 def _tables(table):
@@ -51,46 +44,44 @@ def _tables(table):
         yield from _tables(child)
 
 
-def binds(src: str) -> set[str] | None:
-    """Names the cell binds or changes in the notebook's namespace: assigned, defined,
+@functools.lru_cache(maxsize=4096)   # a class hands in the same demonstration texts again and again
+def names(src: str) -> tuple[frozenset, frozenset] | None:
+    """(binds, reads) of one cell, or None when unknown (it does not parse, a star import, or a
+    cell magic such as %%time, whose body is a string to the parser).
+
+    binds: the names the cell binds or changes in the notebook's namespace: assigned, defined,
     imported or deleted at the top, declared global and assigned in a function, or the base of
-    an attribute or item it assigns (`x.a = ...`, `x[0] = ...`); None when unknown."""
-    parsed = _parse(src)
-    if parsed is None:
+    an attribute or item it assigns (`x.a = ...`, `x[0] = ...`).
+    reads: the notebook-level names it may read, at the top or inside its functions, classes and
+    comprehensions (their own locals and parameters excluded); `x += 1` and `del x` read x."""
+    import symtable
+    if src.lstrip().startswith("%%"):
         return None
-    tree, top = parsed
-    out = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    code = _python(src)
+    try:
+        tree, top = ast.parse(code), symtable.symtable(code, "<cell>", "exec")
+    except (SyntaxError, ValueError, TypeError):
+        return None
+    binds = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    reads = set()
     for t in _tables(top):
-        out |= {s.get_name() for s in t.get_symbols() if s.is_global() and s.is_assigned()}
+        binds |= {s.get_name() for s in t.get_symbols() if s.is_global() and s.is_assigned()}
+        reads |= {s.get_name() for s in t.get_symbols() if s.is_global() and s.is_referenced()}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
             return None
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Del):
-            out.add(node.id)
-        if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            binds.add(node.id)
+            reads.add(node.id)
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            reads.add(node.target.id)
+        elif isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
             base = node.value
             while isinstance(base, (ast.Attribute, ast.Subscript)):
                 base = base.value
             if isinstance(base, ast.Name):
-                out.add(base.id)
-    return out
-
-
-def reads(src: str) -> set[str] | None:
-    """The notebook-level names the cell may read, at the top or from inside its functions,
-    classes and comprehensions (their own locals and parameters excluded); None when unknown."""
-    parsed = _parse(src)
-    if parsed is None:
-        return None
-    tree, top = parsed
-    out = {s.get_name() for t in _tables(top) for s in t.get_symbols()
-           if s.is_global() and s.is_referenced()}
-    for node in ast.walk(tree):                     # x += 1 and del x read x too
-        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-            out.add(node.target.id)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Del):
-            out.add(node.id)
-    return out
+                binds.add(base.id)
+    return frozenset(binds), frozenset(reads)
 
 
 def _plain(c) -> bool:
@@ -114,15 +105,14 @@ def mark(cells, texts: set[str]) -> int:
         c.setdefault("metadata", {}).pop(MARK, None)
         if c.get("cell_type") != "code":
             continue
-        if not anything and _plain(c) and c.source.strip() in texts:
-            b = binds(c.source)
-            if b is not None and not (b & needed):
-                c.metadata[MARK] = True
-                n += 1
-                continue
-        r = reads(c.source)
-        if r is None:
+        found = names(c.source)
+        if not anything and found is not None and _plain(c) and c.source.strip() in texts \
+                and not (found[0] & needed):
+            c.metadata[MARK] = True
+            n += 1
+            continue
+        if found is None:
             anything = True
         else:
-            needed |= r
+            needed |= found[1]
     return n
