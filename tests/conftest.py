@@ -41,7 +41,7 @@ LANES = {
 # which pytest 9 no longer allows; the scheduler below is xdist's loadscope keyed by group.)
 GROUPS_LONGEST_FIRST = ["browser", "test_grading_roundtrip.py", "test_grading_damage.py",
                         "test_grading_cluster.py", "test_grading_class.py", "class01_shared",
-                        "test_catalogue.py", "test_specs.py", "test_scan.py",
+                        "class_trust", "test_catalogue.py", "test_specs.py", "test_scan.py",
                         "test_grading_postgres.py"]
 
 
@@ -51,6 +51,8 @@ SHARED = {"test_grading_cheats.py": "class01_shared", "test_grading_manual.py": 
 def _group(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
     name = path.rsplit("/", 1)[-1]
+    if name.startswith("test_trust_"):      # every trust test file reads one graded class
+        return "class_trust"
     return "browser" if "/browser/" in f"/{path}" else SHARED.get(name, name)
 
 
@@ -74,6 +76,9 @@ def pytest_collection_modifyitems(config, items):
         if "browser" in path.relative_to(TESTS).parts[:-1]:
             item.add_marker(pytest.mark.browser)
             item.add_marker(pytest.mark.slow)
+        if path.name.startswith("test_trust_"):
+            item.add_marker(pytest.mark.nbgrader)
+            item.add_marker(pytest.mark.slow)
         for key in (path.name, f"{path.name}::{item.originalname or item.name}"):
             for mark in LANES.get(key, ()):
                 item.add_marker(getattr(pytest.mark, mark))
@@ -96,3 +101,46 @@ def class01_shared(tmp_path_factory):
     manual = test_grading_manual.students(subs)
     grade(subs, out, names=[A01], timeout=30, log=lambda *a: None)
     return {"out": out, "manual": manual}
+
+
+def trust_modules():
+    """tests/hostile/trust_*.py: each adds hostile students to the trust class (issue 26)."""
+    import importlib
+    import pkgutil
+    return [importlib.import_module(f"hostile.{m.name}")
+            for m in sorted(pkgutil.iter_modules([str(TESTS / "hostile")]), key=lambda m: m.name)
+            if m.name.startswith("trust_")]
+
+
+HONEST = ("honest", "untouched")     # in every notebook of the trust class
+
+
+@pytest.fixture(scope="session")
+def class_trust(tmp_path_factory):
+    """The trust class (issue 26): one grading run per notebook that any
+    tests/hostile/trust_*.py module adds students to, each beside two honest fixtures:
+    "honest" (the course's solution) and "untouched" (the released notebook). A module's
+    `students()` returns [(student id, assignment, notebook)]. Returns {assignment: {"out":
+    folder, "rows": {student: grades.csv row}, "subs": folder}}. All test_trust_*.py files
+    are one xdist group, so the class is graded once."""
+    import csv
+    from nbtools import solution_sources, student_notebook, write
+    from tfsgrade.grade import grade
+    base = tmp_path_factory.mktemp("class_trust")
+    by_nb: dict = {}
+    for mod in trust_modules():
+        for sid, assignment, nb in mod.students():
+            assert sid not in HONEST and sid not in by_nb.get(assignment, {}), sid
+            by_nb.setdefault(assignment, {})[sid] = nb
+    runs = {}
+    for a, studs in sorted(by_nb.items()):
+        subs, out = base / a / "subs", base / a / "out"
+        write(student_notebook(a, solution_sources(a)), subs / "honest" / f"{a}.ipynb")
+        write(student_notebook(a), subs / "untouched" / f"{a}.ipynb")
+        for sid, nb in studs.items():
+            write(nb, subs / sid / f"{a}.ipynb")
+        grade(subs, out, names=[a], timeout=30, log=lambda *x: None)
+        with (out / "grades.csv").open() as f:
+            rows = {r["student_id"]: r for r in csv.DictReader(f)}
+        runs[a] = {"out": out, "rows": rows, "subs": subs}
+    return runs

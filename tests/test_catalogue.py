@@ -62,3 +62,18 @@ def test_first_failure_must_name_the_mistake(monkeypatch):
     monkeypatch.setattr(catalogue, "run_exercise",
                         lambda *a, **k: [catalogue.TestResult("test_softmax_rows", True, "", "", "")])
     assert "no graded test" in check_mistake("01_attention", m)
+
+
+def test_the_kernel_lane_runs_without_the_notebooks_reference():
+    """The catalogues' kernel lane is the student's kernel of a grading sandbox or a student
+    bundle: the graded notebook's reference and every later one cannot be imported, and the
+    checks still judge (from the stored expectations) and name the mistakes above."""
+    import importlib
+    with catalogue.without_reference("03_multihead"):
+        for mod in ("multihead", "norm", "efficient_attention"):
+            with pytest.raises(ModuleNotFoundError):
+                importlib.import_module(f"tfscratch.reference.{mod}")
+        import tfscratch.reference as R
+        assert "make_causal_mask" in R.__all__ and "MultiHeadAttention" not in R.__all__
+        assert not hasattr(R, "MultiHeadAttention")
+    from tfscratch.reference import MultiHeadAttention  # noqa: F401  (back again outside)

@@ -26,9 +26,25 @@ def build_sources(log=print) -> list[Path]:
     """solutions/src/*.py -> solutions/*.ipynb and helpers/tfscratch/reference/*.py."""
     written = build.build_all(course.SOURCES, course.SOLUTIONS)
     written += export.write(course.SOURCES, course.REFERENCE)
+    written += _stored("write")
     for p in written:
         log(f"built {p.relative_to(course.REPO)}")
     return written
+
+
+def _stored(cmd: str) -> list:
+    """The kernel checks' stored expectations (tfscratch.specs.stored): `write` returns the
+    files written, `check` what is stale. A fresh process, so it imports the reference just
+    exported, not one this process loaded before."""
+    import subprocess
+    r = subprocess.run([sys.executable, "-m", "tfscratch.specs.stored", cmd, *course.assignments()],
+                       capture_output=True, text=True, cwd=course.REPO)
+    lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+    if cmd == "write":
+        if r.returncode != 0:
+            raise SystemExit(f"cannot store the checks' expectations:\n{r.stderr[-3000:]}")
+        return [Path(ln) for ln in lines]
+    return lines + ([f"tfscratch.specs.stored failed: {r.stderr[-1000:]}"] if r.returncode not in (0, 1) else [])
 
 
 def release(out_dir: Path = course.NOTEBOOKS, names=None, log=print) -> list[Path]:
@@ -52,6 +68,8 @@ def stale(notebooks: bool = True) -> list[str]:
     """Names of generated files that differ from what the sources give now. notebooks=False
     skips notebooks/ (the one check that needs nbgrader, ~30 s)."""
     problems = export.stale(course.SOURCES, course.REFERENCE)
+    if not problems:                    # the expectations come from a current reference
+        problems += _stored("check")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         built = build.build_all(course.SOURCES, tmp / "solutions")

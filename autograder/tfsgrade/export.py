@@ -39,8 +39,30 @@ INIT_DOC = '''"""Reference building blocks: the course's own solutions, exported
 of solutions/src/*.py (see docs/architecture.md).
 
 Later notebooks import what earlier ones built from here, so a learner who is stuck on
-notebook 03 can still do notebook 06; the checks use them as the expected behaviour.
+notebook 03 can still do notebook 06; the grader uses them as the expected behaviour.
+
+Only the modules of notebooks that are closed may be here: a grading sandbox holds those of
+the notebooks before the graded one, a class's student bundle those of the notebooks already
+due (`tfs-grade release --student-bundle`). The names of the modules present are exported, in
+course order, up to the first one that is absent.
 """
+'''
+INIT_BODY = '''import importlib as _importlib
+
+_MODULES = [
+{modules}]
+__all__ = []
+for _name in _MODULES:
+    try:
+        _mod = _importlib.import_module(f".{{_name}}", __name__)
+    except ModuleNotFoundError as _e:
+        if _e.name != f"{{__name__}}.{{_name}}":
+            raise
+        break                         # this notebook, and every later one, is not closed yet
+    __all__ += _mod.__all__
+    globals().update({{_n: getattr(_mod, _n) for _n in _mod.__all__}})
+del _importlib, _name
+globals().pop("_mod", None)
 '''
 # Imports that exported code may not pull in: the reference is imported by the checks (a
 # cycle) and must not start plotting or widgets at import time.
@@ -270,8 +292,8 @@ def render(src_dir: Path) -> dict[str, str]:
     order = {e.module: i for i, e in enumerate(exports)}
     module_of = {n: e for e in exports for n in e.names}
     files = {f"{e.module}.py": render_module(e, module_of, order) for e in exports}
-    files["__init__.py"] = HEADER.format(src="solutions/src/*.py") + INIT_DOC + "".join(
-        f"from .{e.module} import *  # noqa: F401,F403  ({e.rel})\n" for e in exports)
+    files["__init__.py"] = HEADER.format(src="solutions/src/*.py") + INIT_DOC + INIT_BODY.format(
+        modules="".join(f'    "{e.module}",  # {e.rel}\n' for e in exports))
     return files
 
 

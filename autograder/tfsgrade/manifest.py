@@ -92,6 +92,12 @@ class Manifest:
     def __iter__(self):
         return iter(self.notebooks)
 
+    def modules_before(self, name: str) -> list[str]:
+        """The reference modules of the notebooks before `name`: all that its sandbox holds
+        of tfscratch.reference (what it may import; never its own module or a later one)."""
+        number = self[name].number
+        return [nb.module for nb in self.notebooks if nb.module and nb.number < number]
+
     def exercises(self) -> list[tuple[str, Exercise]]:
         """(notebook, exercise) for every exercise of the course, in order."""
         return [(nb.name, e) for nb in self.notebooks for e in nb.exercises]

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 from .sandbox import execute_task
 
-VERSION = "7"   # bump when the runner's behaviour changes: invalidates cached results
+VERSION = "8"   # bump when the runner's behaviour changes: invalidates cached results
 
 
 def _key(it, s) -> str:
@@ -114,7 +114,13 @@ def payload(it, s) -> dict:
     from .verdict import probe_cells
     return {"student": it.student, "assignment": it.assignment, "notebook": it.notebook,
             "limits": asdict(s.limits), "sandbox": s.sandbox, "run_demos": s.runs_demos(it.student),
-            "probes": list(probe_cells(it.assignment, s.probe_seed))}
+            "probes": list(probe_cells(it.assignment, s.probe_seed)),
+            "closed": _closed(it.assignment)}
+
+
+def _closed(assignment: str) -> list[str]:
+    from . import manifest
+    return manifest.load().modules_before(assignment)
 
 
 def run_all(items, s) -> None:

@@ -1,7 +1,9 @@
 """Stage 2 worker side: run one task (one student's notebook) in a bubblewrap sandbox.
 
 What the sandbox guarantees (bwrap, one per task):
-- read-only: the system (/usr, /etc), the Python install, the venv, the course package;
+- read-only: the system (/usr, /etc), the Python install, the venv, the course package as
+  the graded notebook may see it (`course_package`: the reference modules of the notebooks
+  before it, never its own or a later one's);
   nothing else of the host is visible: no source/, solutions/, gradebook, other
   submissions, instructor HOME (a tmpfs HOME instead), grader code;
 - writable: only a fresh scratch folder holding this task's own copy of the notebook,
@@ -25,6 +27,7 @@ uid-0 process without capabilities could still write root-owned files such as sy
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -85,6 +88,42 @@ def _package_dirs() -> list[str]:
     return [str(Path(p).resolve()) for p in (spec.submodule_search_locations or [])] if spec else []
 
 
+def course_package(closed: list[str], assignment: str) -> Path:
+    """A read-only copy of the course package for one graded notebook: its reference holds
+    only `closed`, the modules of the notebooks before it (what it may import), and its
+    expected captures only those of this notebook and earlier ones, so no answer key of the
+    graded notebook or a later one is inside the sandbox. Built once per package content and
+    module list, on the machine that runs the task (a Dask worker may be another host)."""
+    src = Path(_package_dirs()[0])
+    keep = {f"{m}.py" for m in closed} | {"__init__.py"}
+    files = []
+    for p in sorted(src.rglob("*")):
+        rel = p.relative_to(src)
+        if not p.is_file() or "__pycache__" in rel.parts or p.suffix in (".pyc", ".pyo"):
+            continue
+        if rel.parts[0] == "reference" and rel.name not in keep:
+            continue                   # the graded notebook's own reference and later ones
+        if rel.parts[0] == "expected" and rel.name.split(".")[0] > assignment:
+            continue                   # later notebooks' expected captures
+        files.append((rel, p))
+    h = hashlib.sha256(assignment.encode())
+    for rel, p in files:
+        st = p.stat()
+        h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    dest = Path(tempfile.gettempdir()) / f"tfs-course-{os.getuid()}" / h.hexdigest()[:24] / "tfscratch"
+    if dest.is_dir():
+        return dest
+    tmp = dest.parent.with_name(dest.parent.name + f".tmp-{uuid.uuid4().hex[:8]}") / "tfscratch"
+    for rel, p in files:
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(p, tmp / rel)
+    try:
+        os.rename(tmp.parent, dest.parent)
+    except OSError:                    # another worker made it first: same content
+        shutil.rmtree(tmp.parent, ignore_errors=True)
+    return dest
+
+
 def _ro_paths() -> list[str]:
     paths = ["/usr", "/etc", sys.base_prefix, sys.prefix, *_package_dirs()]
     out = []
@@ -95,7 +134,7 @@ def _ro_paths() -> list[str]:
     return out
 
 
-def _bwrap_args(scratch: Path | None) -> list[str]:
+def _bwrap_args(scratch: Path | None, package: Path | None = None) -> list[str]:
     a = ["bwrap", "--die-with-parent", "--new-session",
          "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
     if os.getuid() != 0:
@@ -117,6 +156,9 @@ def _bwrap_args(scratch: Path | None) -> list[str]:
                 made.add(str(anc))
         a += ["--ro-bind", p, p]
         made.add(p)
+    if package is not None:            # over the whole package: only what this notebook may see
+        for p in _package_dirs():
+            a += ["--ro-bind", str(package), p]
     a += ["--ro-bind", str(RUNNER), INSIDE_RUNNER]
     if scratch is not None:
         a += ["--size", size, "--perms", "0777", "--tmpfs", INSIDE_WORK, "--ro-bind", str(scratch / "ctl"), "/control"]
@@ -231,7 +273,8 @@ def execute_task(task: dict) -> dict:
         cmd = [sys.executable, runner, f"{ctl}/run.json", str(wfd)]
         if task["sandbox"]:
             cgroups = _cgroup_new(limits)
-            cmd = _bwrap_args(scratch) + cmd
+            package = course_package(task.get("closed", []), a)
+            cmd = _bwrap_args(scratch, package) + cmd
             env = None
         else:
             env = dict(os.environ, NBGRADER_EXECUTION="autograde", OMP_NUM_THREADS="1",

@@ -8,10 +8,15 @@ Each `nbNN_*.py` module here lists, for one notebook:
 
 The runner executes the notebook's real cells from `solutions/<assignment>.ipynb` in order,
 in one namespace: setup cells, every solution cell (the exercise under test replaced by the
-catalogue's code), and that exercise's graded test cells, hidden tests included. A mistake
-must fail at least one of them, and the FIRST failing one (in notebook order) must say
-something matching its hint: one diagnosis per failing exercise, the most specific first. A
-variant must pass all.
+catalogue's code), and that exercise's graded test cells. A mistake must fail at least one of
+them, and the FIRST failing one (in notebook order) must say something matching its hint: one
+diagnosis per failing exercise, the most specific first. A variant must pass all.
+
+They run as they run in a student's kernel: the reference modules of this notebook and of every
+later one cannot be imported (`without_reference`), as in the grading sandbox and a student
+bundle (issue 26), so the checks judge from the stored expectations (tfscratch.specs.stored) and
+the hidden parts of the test cells leave the verdict to the grader's independent check, which
+tests/test_specs.py runs on the same catalogues.
 """
 from __future__ import annotations
 
@@ -54,6 +59,41 @@ class TestResult:
     stderr: str
 
 
+class _Absent:
+    """A meta-path finder for which some modules do not exist (ModuleNotFoundError)."""
+
+    def __init__(self, names):
+        self.names = set(names)
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.names:
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+        return None
+
+
+@contextlib.contextmanager
+def without_reference(assignment: str):
+    """Inside: `tfscratch.reference` holds only the modules of the notebooks before
+    `assignment`, as in its grading sandbox (tfsgrade.sandbox.course_package)."""
+    import sys
+    from tfsgrade import manifest
+    course = manifest.load()
+    n = course[assignment].number
+    absent = _Absent(f"tfscratch.reference.{nb.module}" for nb in course if nb.module and nb.number >= n)
+    ours = lambda k: k == "tfscratch.reference" or k.startswith("tfscratch.reference.")  # noqa: E731
+    saved = {k: v for k, v in sys.modules.items() if ours(k)}
+    for k in saved:
+        del sys.modules[k]
+    sys.meta_path.insert(0, absent)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(absent)
+        for k in [k for k in sys.modules if ours(k)]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
 def is_test_of(grade_id: str, exercise: str) -> bool:
     return grade_id == f"test_{exercise}" or grade_id.startswith(f"test_{exercise}_")
 
@@ -91,6 +131,11 @@ def run_exercise(assignment: str, exercise: str, code: str | None = None,
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    with without_reference(assignment):
+        return _run_exercise(assignment, exercise, code, fills, plt)
+
+
+def _run_exercise(assignment, exercise, code, fills, plt) -> list[TestResult]:
     ns: dict = {"__name__": "__main__"}
     results = []
     found = False

@@ -144,7 +144,7 @@ def _said(fn, probes=()):
 def _names(e):
     """(student's {name: shape}, reference's {name: shape}) of the probe's module."""
     got = {n: tuple(s) for n, s in e.meta("params")}
-    return got, {n: tuple(t.shape) for n, t in e.ref().named_parameters()}
+    return got, e.ref_params()
 
 
 def _missing(e, pat=r""):

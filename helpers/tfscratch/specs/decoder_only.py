@@ -562,7 +562,7 @@ def _wrong_start(e):
 def _names(e):
     """(the student's parameter names, the specification's), on a probe with params=True."""
     got = {n for n, _ in e.meta("params") or []}
-    return got, ({n for n, _ in e.ref().named_parameters()} if got else set())
+    return got, (set(e.ref_params()) if got else set())
 
 
 def _lost(e, gone, kept):

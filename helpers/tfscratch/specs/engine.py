@@ -270,7 +270,7 @@ def modules() -> dict:
     from pathlib import Path
     out = {}
     for m in pkgutil.iter_modules([str(Path(__file__).parent)]):
-        if m.name in ("engine", "vm"):
+        if m.name in ("engine", "vm", "stored"):
             continue
         mod = importlib.import_module(f"{__package__}.{m.name}")
         if getattr(mod, "ASSIGNMENT", None):
@@ -464,6 +464,15 @@ class Evidence:
     def meta(self, key: str):
         return self._got["meta"].get(f"{self.p.name}.{key}")
 
+    def ref_params(self) -> dict:
+        """{name: shape} of the specification's module parameters: from the reference's
+        captures when the probe records them (params=True; also what the kernel has, stored),
+        else from the reference module itself."""
+        ps = self._want["meta"].get(f"{self.p.name}.params")
+        if ps is not None:
+            return {n: tuple(s) for n, s in ps}
+        return {n: tuple(t.shape) for n, t in self.ref().named_parameters()}
+
     def out(self, ci: int = 0, path: str = ""):
         """The student's output of call `ci` (at `path`), a numpy array or None."""
         return self.got(f"{ci}.out" + (f".{path}" if path != "" else ""))
@@ -488,9 +497,17 @@ class Evidence:
 
     def ref(self):
         """The reference object of this probe: the module it constructs, with the parameters
-        the probe loads, in the probe's mode; or the reference function."""
-        obj = self.ex.reference()
+        the probe loads, in the probe's mode; or the reference function.
+        In the student's kernel there is no reference (no answer key there): a module probe's
+        diagnoses then see the student's own class, built and loaded the same way, so those
+        that recompute a wrong formula from the module's layers and weights still name it."""
         mk = self.pd.get("make")
+        try:
+            obj = self.ex.reference()
+        except ImportError:
+            obj = self._got.get("target")
+            if mk is None or obj is None:
+                raise
         if mk is not None:
             ctx = vm._Ctx(self.tensors, _namespace(self.ex))
             vm.seed(self.pd.get("seed", 0))
@@ -534,11 +551,39 @@ class Evidence:
         return n > 0 and telling > 0
 
 
+class _Namespace(dict):
+    """The reference's namespace for a probe, looked up only when a value asks for it: in the
+    student's kernel the graded notebook's reference is absent, and a diagnosis that needs
+    it does not apply there (diagnose() skips it), while the others still run."""
+
+    def __init__(self, ex: Exercise):
+        super().__init__()
+        self.ex = ex
+
+    def __missing__(self, name):
+        value = self.ex.reference() if name == self.ex.name else _needed(name)
+        self[name] = value
+        return value
+
+    def get(self, name, default=None):
+        try:
+            return self[name]
+        except (KeyError, ImportError, AttributeError):
+            return default
+
+
 def _namespace(ex: Exercise) -> dict:
-    ns = {ex.name: ex.reference()}
-    for n in ex.needs:
-        ns[n] = _needed(n)
-    return ns
+    return _Namespace(ex)
+
+
+def reference_available(ex: Exercise) -> bool:
+    """Whether this process can import the exercise's reference (the instructor's, the
+    grader's; not a grading sandbox nor a student bundle before the notebook closes)."""
+    try:
+        ex.reference()
+        return True
+    except (ImportError, AttributeError):
+        return False
 
 
 GENERIC = [   # tried after an exercise's own diagnoses
@@ -569,18 +614,23 @@ def diagnose(ex: Exercise, p: Probe, pd: dict, tensors: dict, got: dict, want: d
     return None
 
 
-def judge(ex: Exercise, run_seed: int, got: dict, want: dict | None = None) -> dict:
+def judge(ex: Exercise, run_seed: int, got: dict, want: dict | None = None,
+          plan: tuple | None = None) -> dict:
     """{grade_id: Verdict} for every cell the exercise's probes back. A failing probe's
-    message names the mistake when a diagnosis recognises it, then says what differs."""
+    message names the mistake when a diagnosis recognises it, then says what differs.
+    `want` and `plan` (plan, tensors) may come stored (tfscratch.specs.stored: the kernel's
+    checks, with no reference at hand); by default they are made from the reference."""
     want = reference_run(ex, run_seed) if want is None else want
     fails: dict[str, list[str]] = {}
-    plan = None
-    for i, p in enumerate(ex.probes):
+    by_name = None
+    for p in ex.probes:
         msg = judge_probe(p, want, got)
         if msg:
             if plan is None:
                 plan = build_plan(ex, run_seed)
-            why = diagnose(ex, p, plan[0]["probes"][i], plan[1], got, want, msg)
+            if by_name is None:
+                by_name = {d["name"]: d for d in plan[0]["probes"]}
+            why = diagnose(ex, p, by_name[p.name], plan[1], got, want, msg)
             text = f"{p.what or p.name}: {msg}"
             for c in p.cells:
                 fails.setdefault(c, []).append((why, text))

@@ -300,7 +300,7 @@ MHA_DIAGNOSES = [
          "attention and combine_heads.",
          lambda e: any("in_proj" in n for n, _ in (e.meta("params") or []))),
     when("MultiHeadAttention(..., bias=False) still has biases: pass bias=bias to every "
-         "nn.Linear.", lambda e: e.ref().w_q.bias is None
+         "nn.Linear.", lambda e: "w_q.bias" not in e.ref_params()
          and any(n.endswith(".bias") for n, _ in (e.meta("params") or []))),
     when("the module contains a LayerNorm: the residual connection and the LayerNorm belong to "
          "the encoder and decoder layers (notebook 06), not to the attention module (some public "
