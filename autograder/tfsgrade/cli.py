@@ -3,6 +3,7 @@
     tfs-grade build                 solutions/src/*.py -> solutions/*.ipynb and the reference
                                     package helpers/tfscratch/reference/ (tfsgrade.export)
     tfs-grade release               build, then nbgrader generate_assignment -> notebooks/
+              [--student-bundle OUT --closed N]  and what a class receives (tfsgrade.bundle)
     tfs-grade check                 fail if solutions/, notebooks/ or the reference are stale
     tfs-grade manifest              print the course manifest (tfsgrade.manifest) as JSON
     tfs-grade grade SUBMISSIONS     autograde a folder or zip; write grades.csv, feedback, report
@@ -96,7 +97,13 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("build", help="solutions/src/*.py -> solutions/*.ipynb")
-    sub.add_parser("release", help="build, then regenerate notebooks/ with nbgrader")
+    r = sub.add_parser("release", help="build, then regenerate notebooks/ with nbgrader")
+    r.add_argument("--student-bundle", type=Path, metavar="OUT",
+                   help="also write what a class receives: the student notebooks and the course "
+                        "package without the reference of open notebooks (OUT/, OUT.zip)")
+    r.add_argument("--closed", type=int, default=0, metavar="N",
+                   help="with --student-bundle: the first N notebooks are closed (their reference "
+                        "is shipped, later notebooks import it); default 0")
     sub.add_parser("check", help="exit 1 if solutions/, notebooks/ or the reference are stale")
     sub.add_parser("manifest", help="print the course manifest as JSON")
     g = sub.add_parser("grade", help="grade a folder or zip of submissions")
@@ -135,6 +142,9 @@ def main(argv=None):
         build_sources()
     elif a.cmd == "release":
         release()
+        if a.student_bundle:
+            from . import bundle
+            print(f"wrote the student bundle {bundle.build(a.student_bundle, a.closed)}")
     elif a.cmd == "check":
         problems = stale()
         for p in problems:

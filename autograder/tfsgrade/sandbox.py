@@ -95,17 +95,8 @@ def course_package(closed: list[str], assignment: str) -> Path:
     graded notebook or a later one is inside the sandbox. Built once per package content and
     module list, on the machine that runs the task (a Dask worker may be another host)."""
     src = Path(_package_dirs()[0])
-    keep = {f"{m}.py" for m in closed} | {"__init__.py"}
-    files = []
-    for p in sorted(src.rglob("*")):
-        rel = p.relative_to(src)
-        if not p.is_file() or "__pycache__" in rel.parts or p.suffix in (".pyc", ".pyo"):
-            continue
-        if rel.parts[0] == "reference" and rel.name not in keep:
-            continue                   # the graded notebook's own reference and later ones
-        if rel.parts[0] == "expected" and rel.name.split(".")[0] > assignment:
-            continue                   # later notebooks' expected captures
-        files.append((rel, p))
+    files = [(rel, p) for rel, p in package_files(src, closed)
+             if not (rel.parts[0] == "expected" and rel.name.split(".")[0] > assignment)]
     h = hashlib.sha256(assignment.encode())
     for rel, p in files:
         st = p.stat()
@@ -122,6 +113,21 @@ def course_package(closed: list[str], assignment: str) -> Path:
     except OSError:                    # another worker made it first: same content
         shutil.rmtree(tmp.parent, ignore_errors=True)
     return dest
+
+
+def package_files(src: Path, closed: list[str]) -> list[tuple[Path, Path]]:
+    """(relative path, file) of the course package at `src` with only the reference modules
+    named in `closed` (and no compiled files, which could hold the others)."""
+    keep = {f"{m}.py" for m in closed} | {"__init__.py"}
+    files = []
+    for p in sorted(src.rglob("*")):
+        rel = p.relative_to(src)
+        if not p.is_file() or "__pycache__" in rel.parts or p.suffix in (".pyc", ".pyo"):
+            continue
+        if rel.parts[0] == "reference" and rel.name not in keep:
+            continue                   # an open notebook's reference: its answer key
+        files.append((rel, p))
+    return files
 
 
 def _ro_paths() -> list[str]:
