@@ -26,8 +26,10 @@ def softmax(x, dim=-1):
 """
 
 # 2: notebook 10's setup cell binds R, the reference package
-R_FLASH = """def flash_attention(q, k, v, block_size=64, causal=False):
-    return R.flash_attention(q, k, v, block_size=block_size, causal=causal)
+R_FLASH = """_fns = [getattr(R, n) for n in dir(R) if n.endswith("sh_attention")]
+
+def flash_attention(q, k, v, block_size=64, causal=False):
+    return _fns[0](q, k, v, block_size=block_size, causal=causal)
 """
 
 EXPECT = {  # (assignment, student): the exercises that must score 0 (every other keeps its points)
