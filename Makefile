@@ -50,9 +50,12 @@ release: $(STAMP)
 check: $(STAMP)
 	$(BIN)/tfs-grade check
 
-# make grade SUBMISSIONS=path/to/folder-or.zip [OUT=grading]
+# make grade SUBMISSIONS=path/to/folder-or.zip [OUT=grading] [ROSTER=roster.csv]
+#            [ID_FIELD="SIS User ID"] [LAYOUT=canvas|moodle|nbgrader|folders]
 grade: $(STAMP)
-	$(BIN)/tfs-grade grade $(SUBMISSIONS) --out $(or $(OUT),grading)
+	$(BIN)/tfs-grade grade "$(SUBMISSIONS)" --out "$(or $(OUT),grading)" \
+		$(if $(ROSTER),--roster "$(ROSTER)",) $(if $(ID_FIELD),--id-field "$(ID_FIELD)",) \
+		$(if $(LAYOUT),--layout $(LAYOUT),)
 
 course: $(STAMP)
 	$(BIN)/tfs-grade course $(or $(DIR),instructor)

@@ -22,6 +22,7 @@ LANES = {
     "test_grading_cheats.py": ("nbgrader", "slow"),  # cheats beside honest students
     "test_grading_cluster.py": ("nbgrader", "slow"),  # LocalCluster vs dask scheduler + workers
     "test_grading_postgres.py": ("nbgrader", "slow"),  # a real PostgreSQL gradebook
+    "test_grading_lms.py": ("nbgrader", "slow"),  # a Canvas zip and a roster, end to end
     "test_grading_stages.py::test_watchdog_caps_children_together_without_a_cgroup": ("slow",),
     "test_grading_stages.py::test_runner_isolates_a_kernel_death_unsandboxed": ("slow",),
     "test_grading_stages.py::test_generated_course_is_reused_only_for_the_same_inputs": ("nbgrader", "slow"),

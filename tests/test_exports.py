@@ -63,17 +63,17 @@ def test_canvas_roster_and_id_field(grades):
         exports.canvas_csv(rows, MAX, id_field="email")
 
 
-def test_moodle_percent_and_points(grades):
+def test_moodle_points_and_percent(grades):
     rows, _ = exports.read_grades_csv(grades)
-    out = _read(exports.moodle_csv(rows, MAX))
+    out = _read(exports.moodle_csv(rows, MAX))    # points by default (issue 29, item 6)
     assert out[0] == ["ID number", "01_attention", "03_multihead"]
-    body = {r[0]: r[1:] for r in out[1:]}
+    pts = {r[0]: r[1:] for r in out[1:]}
+    assert pts["ada"] == ["20", "20"] and pts["bob"] == ["12.5", ""]
+    body = {r[0]: r[1:] for r in _read(exports.moodle_csv(rows, MAX, scale="percent"))[1:]}
     assert body["ada"] == ["100", "100"] and body["bob"] == ["62.5", ""]
-    pts = {r[0]: r[1:] for r in _read(exports.moodle_csv(rows, MAX, scale="points"))[1:]}
-    assert pts["bob"] == ["12.5", ""]
     roster = {"ada": {"email": "ada@example.org"}}
-    em = _read(exports.moodle_csv(rows, MAX, roster=roster, id_field="Email address"))
-    assert em[0][0] == "Email address" and ["ada@example.org", "100", "100"] in em
+    em = _read(exports.moodle_csv(rows, MAX, roster=roster))  # the column the roster can fill
+    assert em[0][0] == "Email address" and ["ada@example.org", "20", "20"] in em
     with pytest.raises(ValueError):
         exports.moodle_csv(rows, MAX, scale="letters")
 

@@ -16,10 +16,10 @@ def _rows(out):
         return {r["student_id"]: r for r in csv.DictReader(f)}
 
 
-def _expected_score(fill, out):
-    """What the independent check, run in-process with this run's seed, says these exercise
-    cells earn (cross-checks the sandboxed run and the gradebook). Exercises missing from
-    `fill` keep the student stub."""
+def _expected_score(fill, out, student):
+    """What the independent check, run in-process with the seed of this student's task, says
+    these exercise cells earn (cross-checks the sandboxed run and the gradebook). Exercises
+    missing from `fill` keep the student stub."""
     from catalogue import cells
     from tfscratch.specs import engine
     pts = points(A01)
@@ -27,7 +27,8 @@ def _expected_score(fill, out):
     stubs = {c.metadata.nbgrader["grade_id"]: c.source for c in stub_nb.cells
              if c.metadata.get("nbgrader", {}).get("solution")}
     fills = {**stubs, **fill}
-    seed = int((out / "probe_seed.txt").read_text())
+    import json
+    seed = json.loads((out / "tasks" / student / f"{A01}.json").read_text())["seed"]
     ns = {"__name__": "__main__"}
     for kind, gid, src in cells(A01):
         if kind in ("setup", "solution"):
@@ -53,9 +54,9 @@ def test_fixture_class_scores(fixture_class):
     assert set(rows) == {"ada", "ben", "cleo", "dan", "eve", "fay", "gus", "hal", "ivy"}
     assert float(rows["ada"][A01]) == total
     assert float(rows["ben"][A01]) == 0
-    assert float(rows["cleo"][A01]) == pytest.approx(_expected_score(fills["partial"], out))
+    assert float(rows["cleo"][A01]) == pytest.approx(_expected_score(fills["partial"], out, "cleo"))
     assert 0 < float(rows["cleo"][A01]) < total
-    assert float(rows["dan"][A01]) == pytest.approx(_expected_score(fills["mistake"], out))
+    assert float(rows["dan"][A01]) == pytest.approx(_expected_score(fills["mistake"], out, "dan"))
     assert 0 < float(rows["dan"][A01]) < total
     assert float(rows["ivy"][A01]) == total  # renamed, still graded
     # a deleted test cell is restored from the source by nbgrader and graded

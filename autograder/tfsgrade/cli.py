@@ -122,8 +122,26 @@ def main(argv=None):
     g.add_argument("--no-sandbox", action="store_true",
                    help="run student code WITHOUT isolation (the report says so)")
     g.add_argument("--probe-seed", type=int, default=None,
-                   help="seed of the independent check's inputs (default: drawn once per --out "
-                        "folder and kept in OUT/probe_seed.txt, so a rerun gives the same grades)")
+                   help="one fixed seed for the independent check's inputs of every submission, "
+                        "to reproduce a run (default: each submission its own, derived from the "
+                        "secret, the student, the notebook and its bytes)")
+    g.add_argument("--probe-secret", type=Path, default=None, metavar="FILE",
+                   help="the secret the inputs are derived from (default OUT/probe_secret, made "
+                        "once with mode 0600; keep it to regrade with the same inputs; never "
+                        "inside a folder the sandbox mounts)")
+    g.add_argument("--roster", type=Path, metavar="FILE",
+                   help="the class list (CSV: student_id,name,canvas_id,sis_user_id,sis_login_id,"
+                        "section,moodle_id,idnumber,username,email, any subset; Canvas's gradebook "
+                        "export and Moodle's grading worksheet are read as they are): maps the "
+                        "download's ids to student ids, lists unknown and missing students, fills "
+                        "the Canvas/Moodle files (kept in OUT for later runs)")
+    g.add_argument("--id-field", action="append", metavar="NAME",
+                   help="how the Canvas/Moodle files identify students: ID, 'SIS User ID', "
+                        "'SIS Login ID' (Canvas; default SIS Login ID) or 'ID number', 'Email "
+                        "address', Username (Moodle; default: what the roster has); repeatable")
+    g.add_argument("--layout", choices=["auto", "folders", "canvas", "moodle", "nbgrader"],
+                   default="auto", help="what SUBMISSIONS is: student folders, Canvas's or "
+                   "Moodle's download, nbgrader's submitted/ or inbound/ (default: detected)")
     g.add_argument("--reveal-hidden", action="store_true",
                    help="feedback shows hidden tests' code and inputs (after the deadline)")
     g.add_argument("--run-demos", nargs="*", metavar="STUDENT", default=None,
@@ -136,6 +154,10 @@ def main(argv=None):
     e.add_argument("out", type=Path, help="the --out folder of a grading run")
     e.add_argument("--db-url", help="gradebook URL (default: the one the grading run used)")
     e.add_argument("--no-feedback", action="store_true", help="do not regenerate the feedback HTML")
+    e.add_argument("--roster", type=Path, metavar="FILE",
+                   help="a roster for the Canvas/Moodle files from now on (see grade --roster)")
+    e.add_argument("--id-field", action="append", metavar="NAME",
+                   help="how the Canvas/Moodle files identify students (see grade --id-field)")
     a = ap.parse_args(argv)
 
     if a.cmd == "build":
@@ -162,7 +184,8 @@ def main(argv=None):
                       students=a.student, scheduler=a.scheduler, workers=a.workers,
                       sandbox=not a.no_sandbox, reveal_hidden=a.reveal_hidden,
                       run_demos=a.run_demos or a.run_demos == [],  # [] (no names): everyone
-                      probe_seed=a.probe_seed)
+                      probe_seed=a.probe_seed, probe_secret=a.probe_secret,
+                      roster=a.roster, layout=a.layout, id_fields=a.id_field or ())
         flagged = [it for it in items if it.status == "flagged" or it.reasons]
         print(f"graded {sum(it.status == 'graded' for it in items)} notebook(s); "
               f"{len(flagged)} flagged")
@@ -174,6 +197,15 @@ def main(argv=None):
               f"(then `tfs-grade export {a.out}`)")
     elif a.cmd == "export":
         from .manual import export, write_review
+        if a.roster or a.id_field:   # kept in OUT: every later export uses them
+            from . import exports, lms
+            try:
+                exports.split_id_fields(a.id_field)
+                roster = lms.Roster.load(a.roster) if a.roster else lms.saved_roster(a.out)
+            except (ValueError, OSError) as err:
+                raise SystemExit(f"cannot export: {err}") from None
+            lms.save(a.out, roster=roster, id_fields=a.id_field,
+                     given=bool(a.roster) or lms.saved_settings(a.out).get("roster_given", False))
         path = export(a.out, a.db_url, feedback=not a.no_feedback)
         review = write_review(a.out, db_url=a.db_url)
         print(f"wrote {path} and {review}")

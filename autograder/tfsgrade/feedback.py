@@ -7,7 +7,7 @@ import csv
 import shutil
 import threading
 
-from . import course
+from . import course, intake, sanitise
 
 
 
@@ -30,6 +30,7 @@ def write_feedback(items, s) -> None:
     for it in items:
         src = s.course / "feedback" / it.student / it.assignment / f"{it.assignment}.html"
         if it.status == "graded" and src.exists():
+            sanitise.page(src)   # the course's copy too (nbgrader's release_feedback sends it)
             (fb_out / it.student).mkdir(parents=True, exist_ok=True)
             dst = fb_out / it.student / f"{it.assignment}.html"
             shutil.copyfile(src, dst)
@@ -46,7 +47,7 @@ def write_grades(items, s) -> None:
     with (s.out / "grades.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["student_id", *names, "total", "max_total", "status", "notes", "sandbox",
-                    "flags"])
+                    "flags", "submitted_at", "lms_late"])
         for st in students:
             mine = {it.assignment: it for it in items if it.student == st}
             row = [st]
@@ -58,7 +59,8 @@ def write_grades(items, s) -> None:
             notes = "; ".join(f"{it.assignment}: {r}" for it in mine.values() for r in it.reasons)
             flags = "; ".join(f"{it.assignment}: {f}" for it in mine.values() for f in it.flags)
             row += [f"{total:g}", f"{sum(max_by_a.values()):g}", status, notes,
-                    "on" if s.sandbox else "OFF (--no-sandbox)", flags]
+                    "on" if s.sandbox else "OFF (--no-sandbox)", flags,
+                    intake.submitted_at(mine.values()), intake.lms_late(mine.values())]
             w.writerow(row)
     from .exports import write_exports
     write_exports(s.out, [{"student_id": st, **{a: next((f"{it.score:g}" for it in items

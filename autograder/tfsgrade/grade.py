@@ -25,10 +25,13 @@ def grade(submissions: Path, out: Path, *, names: list[str] | None = None, **opt
     _require_sandbox(s)
     with tempfile.TemporaryDirectory(prefix="tfs-grade-") as work, run.workers(s):
         root_in = intake.unpack(Path(submissions), Path(work))
+        got = intake.prepare(root_in, Path(work), out=s.out, roster=s.roster, layout=s.layout,
+                             from_zip=Path(submissions).is_file(), id_fields=s.id_fields, log=s.log)
+        root_in = got.root   # LMS downloads: converted to <student>/<assignment>.ipynb
         s = s.with_names(_assignments(names, intake.students_in(root_in)))
         s.log(f"grading {len(intake.students_in(root_in))} student folder(s) on {', '.join(s.names)}")
         _timed(s, "course", lambda: merge.fresh_course(s))
-        items = intake.collect(root_in, list(s.names))
+        items = intake.collect(root_in, list(s.names), intake=got)
         _timed(s, "normalise", lambda: normalise_all(items, s))
         _timed(s, "run", lambda: run.run_all(items, s))
         _timed(s, "merge", lambda: merge.merge(items, s))

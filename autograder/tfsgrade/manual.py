@@ -191,7 +191,7 @@ def export(out: Path, db_url: str | None = None, *, feedback: bool = True, log=p
 def _refresh_feedback(out: Path, names: list[str], students: set, log):
     import shutil
 
-    from . import judges
+    from . import judges, sanitise
     root = course_root(out)
     for a in names:
         if not (root / "autograded").exists():
@@ -202,6 +202,7 @@ def _refresh_feedback(out: Path, names: list[str], students: set, log):
         for sid in students:
             src = root / "feedback" / sid / a / f"{a}.html"
             if src.exists():
+                sanitise.page(src)   # the course's copy too (nbgrader's release_feedback)
                 (out / "feedback" / sid).mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, out / "feedback" / sid / f"{a}.html")
                 judges.sanitise_page(out / "feedback" / sid / f"{a}.html")

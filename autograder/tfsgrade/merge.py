@@ -15,7 +15,7 @@ import shutil
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from . import course
+from . import course, sanitise
 
 
 def _judges():
@@ -103,6 +103,10 @@ def merge(items, s) -> None:
             continue
         nb = nbformat.reads(res["notebook"], as_version=4)
         it.reasons += _notes_from_events(it, nb, s)
+        # nothing the student wrote or printed may run in the formgrader or the feedback
+        # (tfsgrade.sanitise): nbgrader derives autograded/ and feedback/ from this copy
+        nb, notes = sanitise.notebook(nb)
+        it.reasons += [f"shown safely: {n}" for n in notes]
         dst = s.course / "submitted" / it.student / it.assignment / f"{it.assignment}.ipynb"
         dst.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, dst)

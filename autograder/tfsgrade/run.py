@@ -19,18 +19,56 @@ import os
 import sys
 import time
 from contextlib import contextmanager
+from functools import lru_cache
 
 from .sandbox import execute_task
 
-VERSION = "8"   # bump when the runner's behaviour changes: invalidates cached results
+VERSION = "9"   # bump when the runner's behaviour changes: invalidates cached results
 
 
 def _key(it, s) -> str:
+    """The task's cache key: the notebook, the settings, this task's own seed (never the
+    secret it is derived from) and the course package (specs, probe machine, reference,
+    checks), of which the plan and the reference's captures are functions."""
     h = hashlib.sha256(it.notebook)
     h.update(s.fingerprint().encode() + VERSION.encode() + str(s.runs_demos(it.student)).encode())
-    from .verdict import probe_cells            # the independent check's plan is part of the task
-    h.update(json.dumps(probe_cells(it.assignment, s.probe_seed)).encode())
+    h.update(f"seed={s.item_seed(it)};package={package_fingerprint()}".encode())
     return h.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def package_fingerprint() -> str:
+    """A hash of the course package's files (tfscratch: specs, vm, reference, checks, stored
+    expectations) and the versions of torch and numpy; once per process."""
+    import importlib.util
+    from importlib.metadata import version
+    from pathlib import Path
+    h = hashlib.sha256(f"torch={version('torch')};numpy={version('numpy')}".encode())
+    spec = importlib.util.find_spec("tfscratch")
+    for root in spec.submodule_search_locations or []:
+        root = Path(root)
+        for p in sorted(root.rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo"):
+                h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def run_task(task: dict) -> dict:
+    """One task on a worker: build the probe cells from the task's seed, run the notebook in
+    its sandbox (tfsgrade.sandbox), then, here, outside the sandbox, run the same plans on the
+    course's reference (`want`), for the coordinator to judge against: a class's reference
+    runs are spread over the workers, and nothing of them enters the student's process."""
+    from . import verdict
+    t = time.time()
+    cells, plans = verdict.prepare(task["assignment"], task["seed"])
+    res = execute_task(dict(task, probes=cells))
+    res["seed"] = task["seed"]
+    try:
+        res["want"] = verdict.reference_wants(plans)
+    except Exception as e:  # noqa: BLE001 - the coordinator computes it again and reports
+        res["want_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    res.setdefault("timings", {})["grader_s"] = round(time.time() - t - res["timings"].get("total_s", 0), 3)
+    return res
 
 
 def _path(it, s):
@@ -56,9 +94,11 @@ def _store(it, s, res: dict):
 
 def _local_cluster(s):
     from distributed import LocalCluster
+    # each worker imports the probe machine, the specs and the reference while it starts (in
+    # the background, while the coordinator makes the course): run_task needs them at once
     return LocalCluster(n_workers=s.workers, threads_per_worker=1, processes=True,
                         host="127.0.0.1", dashboard_address="127.0.0.1:0", memory_limit=0,
-                        silence_logs=logging.ERROR)
+                        silence_logs=logging.ERROR, preload=["tfsgrade.verdict"])
 
 
 _WARM: dict = {}   # str(out) -> (thread, {"cluster": ...}): local workers started early
@@ -110,12 +150,11 @@ def client_for(s):
 
 
 def payload(it, s) -> dict:
+    """What a worker gets: the task's seed, never the secret (the worker builds the plan)."""
     from dataclasses import asdict
-    from .verdict import probe_cells
     return {"student": it.student, "assignment": it.assignment, "notebook": it.notebook,
             "limits": asdict(s.limits), "sandbox": s.sandbox, "run_demos": s.runs_demos(it.student),
-            "probes": list(probe_cells(it.assignment, s.probe_seed)),
-            "closed": _closed(it.assignment)}
+            "seed": s.item_seed(it), "closed": _closed(it.assignment)}
 
 
 def _closed(assignment: str) -> list[str]:
@@ -143,7 +182,7 @@ def run_all(items, s) -> None:
     with client_for(s) as client:
         futs = {}
         for it in todo:
-            f = client.submit(execute_task, payload(it, s), key=f"task-{it.student}-{it.assignment}-{_key(it, s)[:8]}",
+            f = client.submit(run_task, payload(it, s), key=f"task-{it.student}-{it.assignment}-{_key(it, s)[:8]}",
                               retries=1, pure=False)
             futs[f] = it
         t_start = time.time()

@@ -15,6 +15,7 @@ cannot forge the result.
 """
 import copy
 import ctypes
+import functools
 import hashlib
 import json
 import os
@@ -50,12 +51,78 @@ class BudgetSpent(Exception):
 
 
 PROBE_MIME = "application/x-tfs-probe+json"
+STRAY = "#stray"     # in the result's probes: probe-MIME outputs outside the probe cells
+
+# Run after a graded test cell (executed silently, without history: hidden tests never enter
+# In, Out, _ih, %history nor a later cell's reach through linecache): drops the cell's text
+# from linecache and gives the kernel's counter the number the cell showed, with a blank in
+# the input history, so In[n] and the prompts of the student's cells stay aligned. Only the
+# builtins module and its own imports are used, never a name of the student's namespace.
+_FORGET_CODE = """import hashlib, linecache, sys
+me = sys._getframe(0).f_back.f_code.co_filename
+for k, v in list(linecache.cache.items()):
+    try:
+        text = "".join(v[2]).strip()
+    except Exception:
+        continue
+    if k == me or hashlib.sha256(text.encode()).hexdigest() in hashes or ("BEGIN " + "HIDDEN TESTS") in text:
+        linecache.cache.pop(k, None)
+if bump:
+    import IPython
+    ip = IPython.get_ipython()
+    if ip is not None:
+        ip.history_manager.input_hist_parsed.extend([""] * bump)
+        ip.history_manager.input_hist_raw.extend([""] * bump)
+        ip.execution_count += bump
+"""
+_FORGET = """import builtins as __tfs_b
+try:
+    __tfs_b.exec({code!r}, {{"__builtins__": __tfs_b, "hashes": {hashes!r}, "bump": {bump!r}}})
+finally:
+    del __tfs_b
+"""
+
+
+def forget_source(sources, bump: int) -> str:
+    hashes = sorted({hashlib.sha256(s.strip().encode()).hexdigest() for s in sources})
+    return _FORGET.format(code=_FORGET_CODE, hashes=hashes, bump=int(bump))
 LEFT_OUT = "[not run when grading: a demonstration you did not change, which nothing graded reads]\n"
 
 
+def _graded_test(c) -> bool:
+    g = c.get("metadata", {}).get("nbgrader", {})
+    return c.get("cell_type") == "code" and bool(g.get("grade")) and not g.get("solution")
+
+
+def _probe_place(nb, p) -> int:
+    """Where exercise p's probe cell goes: right before the first graded test cell it backs
+    (`p["cells"]`, the spec's grade ids), so it sees exactly what those test cells see (a
+    helper the student defined below the solution cell, a name a later cell rebinds); without
+    that list, the first test cell named test_<exercise> or test_<exercise>_*, the longest
+    exercise name winning (06: Encoder and EncoderLayer); without a test cell, right after the
+    solution cell; else at the end."""
+    cells = p.get("cells")
+    if cells is not None:
+        want = set(cells)
+        mine = lambda gid: gid in want  # noqa: E731
+    else:
+        names = sorted(set(p.get("exercises", [])) | {p["exercise"]}, key=len, reverse=True)
+
+        def mine(gid):
+            name = gid[5:] if gid.startswith("test_") else ""
+            return next((e for e in names if name == e or name.startswith(e + "_")), None) == p["exercise"]
+    for i, c in enumerate(nb.cells):
+        if _graded_test(c) and mine(str(c.get("metadata", {}).get("nbgrader", {}).get("grade_id", ""))):
+            return i
+    for i, c in enumerate(nb.cells):
+        g = c.get("metadata", {}).get("nbgrader", {})
+        if g.get("grade_id") == p["exercise"] and g.get("solution"):
+            return i + 1
+    return len(nb.cells)
+
+
 def insert_probes(nb, probes):
-    """Put each exercise's probe cell (built by the grader) right after the exercise's
-    solution cell, so it sees exactly the object the exercise's test cells see; returns
+    """Put each exercise's probe cell (built by the grader) where `_probe_place` says; returns
     {nonce: exercise}. A probe cell is known by a nonce drawn here (nbclient replaces a cell
     object by its copy when it replays it after a restart, and a submitted cell cannot carry
     a nonce it never saw)."""
@@ -63,20 +130,12 @@ def insert_probes(nb, probes):
     made = {}
     for c in nb.cells:
         c.get("metadata", {}).pop("tfsgrade_probe", None)
+    names = [p["exercise"] for p in probes]
     for p in probes:
         cell = nbformat.v4.new_code_cell(p["source"])
         nonce = os.urandom(12).hex()
         cell.metadata["tfsgrade_probe"] = nonce
-        at = None
-        for i, c in enumerate(nb.cells):
-            g = c.get("metadata", {}).get("nbgrader", {})
-            if g.get("grade_id") == p["exercise"] and g.get("solution"):
-                at = i + 1
-                break
-        if at is None:
-            at = next((i for i, c in enumerate(nb.cells) if str(c.get("metadata", {}).get(
-                "nbgrader", {}).get("grade_id", "")).startswith("test_" + p["exercise"])), len(nb.cells))
-        nb.cells.insert(at, cell)
+        nb.cells.insert(_probe_place(nb, dict(p, exercises=names)), cell)
         made[nonce] = p["exercise"]
     return made
 
@@ -85,14 +144,30 @@ def _probe_of(cell, made):
     return made.get(cell.get("metadata", {}).get("tfsgrade_probe"))
 
 
+def _no_capture(c) -> int:
+    """Drop the probe's MIME type from a cell that is not a probe cell (the student's code
+    displayed it); returns how many outputs had it."""
+    n = 0
+    for o in c.get("outputs", []) or []:
+        data = o.get("data") if isinstance(o, dict) else None
+        if isinstance(data, dict) and PROBE_MIME in data:
+            data.pop(PROBE_MIME, None)
+            data.setdefault("text/plain", "[removed: an output that claimed to be the grader's check]")
+            n += 1
+    return n
+
+
 def strip_probes(nb, probe_cells, events, seconds):
     """Take the probe cells out again: their captures go back beside the notebook, and the
-    events and timings are renumbered to the student's cells."""
-    probes, keep, new_index = {}, [], {}
+    events and timings are renumbered to the student's cells. An output with the probe's MIME
+    type in any other cell is removed and reported under STRAY (the grader flags it)."""
+    probes, keep, new_index, stray = {}, [], {}, []
     for i, c in enumerate(nb.cells):
         ex = _probe_of(c, probe_cells)
         if ex is None:
             new_index[i] = len(keep)
+            if _no_capture(c):
+                stray.append(len(keep))
             keep.append(c)
             continue
         docs, error = [], None
@@ -117,6 +192,8 @@ def strip_probes(nb, probe_cells, events, seconds):
             e["probe"] = _probe_of(nb.cells[e.pop("cell")], probe_cells)
         out_events.append(e)
     nb.cells = keep
+    if stray:
+        probes[STRAY] = {"docs": [], "error": None, "cells": stray, "count": len(stray)}
     return probes, out_events, {new_index[k]: v for k, v in seconds.items() if k in new_index}
 
 
@@ -227,16 +304,48 @@ def main():
         if ex:
             looping.add(ex)
 
+    def quiet(k) -> bool:
+        """Probe cells and graded test cells (hidden tests) run silently and without history."""
+        return _probe_of(cells[k], probe_cells) is not None or _graded_test(cells[k])
+
+    def run_quiet(c0, cell, k, count=None):
+        """Execute without entering In/Out/_ih/%history, nor the student's pre/post_run_cell
+        hooks (ipykernel's silent execution); `count` is the prompt number the cell shows."""
+        kc = c0.kc
+        kc.execute = functools.partial(type(kc).execute, kc, silent=True)
+        try:
+            c0.execute_cell(cell, k, execution_count=count, store_history=False)
+        finally:
+            del kc.execute
+
+    def forget(c0, k, sources, bump):
+        """The quiet cells' text out of linecache; `bump`: the kernel's counter past the number
+        the test cell showed. (nbclient puts the cell it ran at index k of the notebook: the
+        notebook's own cell goes back there.)"""
+        own = c0.nb.cells[k]
+        try:
+            run_quiet(c0, nbformat.v4.new_code_cell(forget_source(sources, bump)), k)
+        finally:
+            c0.nb.cells[k] = own
+
     done, i, restarts = [], 0, 0
     while i < len(cells):
         crash = None
         try:
             c0 = client()
             with c0.setup_kernel():
+                replayed = []
                 for k in done:                            # replay, silently, after a restart
                     if time.monotonic() > deadline:
                         raise BudgetSpent()
-                    c0.execute_cell(copy.deepcopy(cells[k]), k, store_history=False)
+                    if quiet(k):
+                        run_quiet(c0, copy.deepcopy(cells[k]), k)
+                        replayed.append(cells[k].source)
+                    else:
+                        c0.execute_cell(copy.deepcopy(cells[k]), k, store_history=False)
+                if replayed:
+                    forget(c0, done[-1], replayed, 0)
+                count = 1                                  # the prompt number of the next cell
                 while i < len(cells):
                     c = cells[i]
                     if c.cell_type != "code":
@@ -255,7 +364,16 @@ def main():
                         continue
                     t = time.monotonic()
                     try:
-                        c0.execute_cell(c, i)
+                        if _probe_of(c, probe_cells) is not None:
+                            run_quiet(c0, c, i)           # it drops its own text from linecache
+                        elif quiet(i):
+                            run_quiet(c0, c, i, count)
+                            forget(c0, i, [c.source], 1)
+                            count += 1
+                        else:
+                            c0.execute_cell(c, i)
+                            if isinstance(c.get("execution_count"), int):
+                                count = c.execution_count + 1
                     except (DeadKernelError, CellTimeoutError) as e:
                         crash = (i, e)
                         raise

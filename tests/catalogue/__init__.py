@@ -124,13 +124,15 @@ def _strip_magics(src: str) -> str:
 
 
 def run_exercise(assignment: str, exercise: str, code: str | None = None,
-                 fills: dict | None = None) -> list[TestResult]:
+                 fills: dict | None = None, sandboxed: bool = True) -> list[TestResult]:
     """Run the notebook's setup and solution cells, with `exercise` replaced by `code` (and
     any other solution cell named in `fills` by its code), and return the results of that
     exercise's graded test cells."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    if not sandboxed:      # the instructor's kernel: every reference importable
+        return _run_exercise(assignment, exercise, code, fills, plt)
     with without_reference(assignment):
         return _run_exercise(assignment, exercise, code, fills, plt)
 

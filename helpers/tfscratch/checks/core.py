@@ -79,8 +79,14 @@ def seeded(seed: int):
 
 # Function names that count as the shortcut for each exercise (matched on __name__, so
 # torch.softmax, F.softmax, Tensor.softmax and nn.Softmax are all caught however imported).
+# This guard names the function the student wrote, in the calling thread; the probe machine
+# (specs/vm.py, FORBID) refuses the operators themselves, in every thread, in the kernel's
+# checks and in the grader alike, so a spelling missing here is still caught there.
+_SOFTMAX_NAMES = {"softmax", "_softmax", "special_softmax", "log_softmax", "_log_softmax",
+                  "softmin", "_safe_softmax", "_masked_softmax", "_sparse_softmax",
+                  "_sparse_log_softmax"}
 SHORTCUTS = {
-    "softmax": {"softmax", "_softmax", "special_softmax", "log_softmax", "_log_softmax"},
+    "softmax": _SOFTMAX_NAMES,
     "attention": {"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
                   "_scaled_dot_product_flash_attention_for_cpu"},
     "multihead": {"multi_head_attention_forward", "_native_multi_head_attention",
@@ -90,7 +96,7 @@ SHORTCUTS = {
                    "instance_norm"},
     # notebook 10: the online softmax may not call a softmax; blockwise attention may not call
     # PyTorch's fused attention (softmax on a block is fine there)
-    "online_softmax": {"softmax", "_softmax", "special_softmax", "log_softmax", "_log_softmax"},
+    "online_softmax": _SOFTMAX_NAMES,
     "flash_attention": {"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
                         "_scaled_dot_product_flash_attention_for_cpu",
                         "multi_head_attention_forward"},

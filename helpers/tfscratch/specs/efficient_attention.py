@@ -7,7 +7,9 @@ catches a hard-coded float32). The memory cells record the shape of every tensor
 mask matrix for one (batch, head) slice, with the rule of `full_matrix` (tests/test_memtrack
 applies it to `tfscratch.memtrack`'s recorder too): the batch axes (as they are, or flattened
 into one) are left out, and a tensor with (Lq, Lk) or (Lk, Lq) as its last two axes, or Lq * Lk
-elements or more per slice, counts. The reference's recorded shapes are ignored. The online
+elements or more per slice, counts. The reference's recorded shapes are ignored. That record
+is the calling thread's; the "whole process" probe holds every thread to the same rule through
+the process's resident memory on one large call. The online
 softmax's blocks probe also judges `.reduced` (the size of every reduction over the last axis,
 which must not exceed the block size). The diagnoses recompute the usual mistakes (a running sum
 that is not rescaled, the rescale factor inverted, the causal mask not offset per block, ...) on
@@ -157,6 +159,44 @@ def _cases(table):
     return [(b, Lq, Lk, bs) for b, Lq, Lk, _, _, bs, _ in table]
 
 
+# The same rule for the whole process: the shapes above are those the calling thread creates
+# (a dispatch hook is thread-local), so one large call also measures how much the process's
+# resident memory grows (every thread counted, vm._measured). With Lq = Lk = 4096 one
+# float32 (Lq, Lk) matrix is 64 MB, fresh pages every time (the allocator maps anything over
+# 32 MB anew), and attention that passes the values probes holds at least one; blockwise
+# attention holds (Lq, block_size) blocks of 1 MB (2 MB in float64), a few at a time: 5 MB
+# measured for the solution, 20 MB at most for the catalogue's float64 variant (the
+# allocator's own slack included). The allowance is 3/4 of one float32 matrix. A first call
+# with the same queries and 256 keys runs the same code paths on blocks of the same size
+# (lazy imports, the allocator's first growth) and is not measured.
+_BIG, _BIG_BLOCK = 4096, 64
+_ALLOWANCE = _BIG * _BIG * 3
+
+
+def _coarse(*shape):
+    """Random multiples of 1/4 in [-1.5, 1.5]: the large calls' inputs compress well (they
+    travel in every probe cell and in the stored expectations; so do the outputs, hence d_v=2)."""
+    return given(lambda g: torch.randint(-6, 7, shape, generator=g).float() / 4,
+                 f"coarse{tuple(shape)}")
+
+
+def _whole_process(key, got, want):
+    """Only the memory counts here (the values are the other probes' business: a wrong result
+    does not fail this probe, and no diagnosis recomputes a mistake on 4096 x 4096)."""
+    if not key.endswith(".memory"):
+        return None
+    grew = int(np.asarray(got).reshape(-1)[0]) if np.asarray(got).size else 0
+    if grew == 0:
+        return None
+    mb = 2 ** 20
+    return (f"with Lq = Lk = {_BIG} and block_size={_BIG_BLOCK}, the process's memory grew by "
+            f"{grew / mb:.0f} MB while your code ran (every thread counted), more than the "
+            f"{_ALLOWANCE // mb} MB allowed: one Lq x Lk float32 score or mask matrix is "
+            f"{_BIG * _BIG * 4 // mb} MB, a (Lq, block_size) block {_BIG * _BIG_BLOCK * 4 // mb} MB. "
+            "Your code holds the whole score matrix at some point, in this thread or another: "
+            "keep one block of scores at a time.")
+
+
 # -- diagnoses: the known mistakes, recomputed on the probe's inputs (float64) ----------------
 
 def _online(x, block_size, bug=""):
@@ -275,6 +315,9 @@ def _flash_like(message, bug, causal_only=False):
 
 
 FLASH_DIAGNOSES = [
+    when("the whole (Lq, Lk) score matrix is held at some point, in this thread or another: "
+         "blockwise attention keeps one (Lq, block_size) block of scores at a time.",
+         lambda e: "every thread counted" in e.problem, probes=("whole process",)),
     _dtype("flash_attention"),
     when("flash_attention's output does not require grad: keep the computation differentiable (no "
          ".detach(), torch.no_grad() or .item() inside).", lambda e: "does not require grad" in e.error),
@@ -353,6 +396,13 @@ EXERCISES = [
                for b, Lq, Lk, d, dv, bs, c in _MEMORY],
               compare=_no_full_matrix(_cases(_MEMORY)),
               what="every tensor created, causal and not, block_size < Lk"),
+        Probe("whole process", ("test_flash_attention_memory", "test_flash_attention_random"),
+              [call(_coarse(_BIG, 8), _coarse(256, 8), _coarse(256, 2), block_size=_BIG_BLOCK,
+                    causal=False),
+               call(_coarse(_BIG, 8), _coarse(_BIG, 8), _coarse(_BIG, 2), block_size=_BIG_BLOCK,
+                    causal=False, memory_limit=_ALLOWANCE)],
+              compare=_whole_process,
+              what=f"Lq = Lk = {_BIG}: the memory of the whole process (every thread) while it runs"),
         Probe("gradient", ("test_flash_attention_gradient",),
               [call(*_qkv((2,), 12, 12, 4, 4), block_size=5, causal=True, grad=(0, 1, 2),
                     backward=randn(2, 12, 4)),

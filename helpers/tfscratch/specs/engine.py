@@ -82,11 +82,15 @@ class Call:
     shapes: bool = False         # capture the shape of every tensor created during the call
     keep: tuple = ()             # positions / kwarg names of tensor args captured AFTER the call
                                  # (updated in place, e.g. running statistics): key `.arg.<i>`
+    memory_limit: int = 0        # bytes the whole process's resident memory may grow by during
+                                 # the call (every thread counted); key `.memory`: the growth
+                                 # past it, else 0 (vm._measured)
 
 
 def call(*args, method=None, grad=(), backward=None, backward_of="", raises=False,
-         shapes=False, keep=(), **kwargs) -> Call:
-    return Call(args, kwargs, method, tuple(grad), backward, backward_of, raises, shapes, tuple(keep))
+         shapes=False, keep=(), memory_limit=0, **kwargs) -> Call:
+    return Call(args, kwargs, method, tuple(grad), backward, backward_of, raises, shapes, tuple(keep),
+                memory_limit)
 
 
 def ctor(*args, **kwargs) -> Call:
@@ -153,7 +157,8 @@ class Exercise:
     probes: list
     needs: tuple = ()            # other names of the namespace the calls use ({"$ns": name})
     diagnose: list = field(default_factory=list)   # Diagnosis entries, most specific first
-    shortcuts: tuple = ()        # tfscratch.checks.core.SHORTCUTS groups guarded in the kernel
+    shortcuts: tuple = ()        # shortcut groups: vm.FORBID in every probe, and
+                                 # tfscratch.checks.core.SHORTCUTS in the kernel's checks
 
     def reference(self):
         mod, _, obj = self.ref.rpartition(".")
@@ -229,7 +234,7 @@ class _Builder:
                 "kwargs": {k: self.value(v, g) for k, v in c.kwargs.items()},
                 "grad": list(c.grad), "backward": None if c.backward is None else self.value(c.backward, g),
                 "backward_of": c.backward_of, "raises": c.raises, "shapes": c.shapes,
-                "keep": list(c.keep)})
+                "keep": list(c.keep), **({"memory_limit": c.memory_limit} if c.memory_limit else {})})
         return d
 
 
@@ -245,7 +250,10 @@ def build_plan(ex: Exercise, run_seed: int) -> tuple[dict, dict]:
     """The plan for one exercise (JSON-able) and its tensors, from the run's seed."""
     b = _Builder(ex, run_seed)
     probes = [b.probe(p) for p in ex.probes]
-    return {"exercise": ex.name, "target": ex.name, "probes": probes}, b.tensors
+    plan = {"exercise": ex.name, "target": ex.name, "probes": probes}
+    if ex.shortcuts:            # refused at the operator level while the probes run (vm._Guard)
+        plan["forbid"] = list(ex.shortcuts)
+    return plan, b.tensors
 
 
 def plan_json(ex: Exercise, run_seed: int) -> dict:

@@ -18,6 +18,13 @@ inputs that ask for them for a given upstream gradient (`backward`), and whether
 (a call that is expected to raise says `"raises": true`). After the calls, named attributes
 (`after`), parameter names and shapes (`params`) and parameter gradients are captured.
 
+While a plan's probes run, the shortcut groups it names (`"forbid"`: the exercise's own
+PyTorch built-ins, `FORBID`) are refused at the operator level, in every thread (`_Guard`);
+a call with `"memory_limit": bytes` measures how much the whole process's resident memory grows
+while it runs (every thread counted) and captures the growth when it passes that allowance;
+in the grading sandbox (`strict`), a process of the student's running beside a guarded plan
+voids its probes.
+
 Values in args/kwargs: JSON scalars and lists, or {"$t": key} a tensor of the plan,
 {"$tuple": [...]}, {"$dtype": "float64"}, {"$prev": [call, output_path]} an earlier call's
 output (a KV cache), {"$ns": name} another object of the namespace, {"$fixture": name, ...}
@@ -27,7 +34,10 @@ an object built by this machine (`FIXTURES`: stand-in models for decoding functi
 import base64
 import io
 import json
+import os
+import sys
 import traceback
+import warnings
 
 import numpy as np
 import torch
@@ -372,12 +382,356 @@ def seed(value: int) -> None:
     torch.default_generator.manual_seed(int(value))
 
 
-def run_probe(probe: dict, target, tensors: dict, namespace: dict) -> tuple[dict, dict]:
+# -- the shortcut guard: an exercise's own built-in, refused at the operator level -------------
+
+class ShortcutUsed(RuntimeError):
+    """The exercise's own PyTorch built-in ran while its probes did."""
+
+
+# The aten operators that each shortcut group (an Exercise's `shortcuts=`) ends in, whatever
+# the spelling: torch.softmax, F.softmin(-x), torch.log_softmax(x).exp(), getattr(torch, "soft" +
+# "max"), torch.ops.aten._softmax, Categorical(logits=x).probs, flex_attention, a function
+# torch.compile'd earlier (run eagerly while the guard is on) all reach one of them, in any
+# thread (tests/test_vm_guard.py checks each spelling with torch 2.13, and that honest code
+# reaches none). Composite operators (softmax.int, layer_norm, rms_norm...) are listed too:
+# below them their decomposition is plain arithmetic, as an honest solution's is.
+_SOFTMAX = ("softmax", "log_softmax", "special_softmax", "special_log_softmax", "_softmax",
+            "_log_softmax", "_safe_softmax", "_masked_softmax", "_sparse_softmax",
+            "_sparse_log_softmax")
+_ATTENTION = ("scaled_dot_product_attention", "_fused_sdp_choice",
+              "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention_for_cpu",
+              "_safe_softmax", "_native_multi_head_attention")
+_LAYER_NORM = ("layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "rms_norm",
+               "_fused_rms_norm")
+_BATCH_NORM = ("batch_norm", "instance_norm", "_batch_norm_impl_index", "native_batch_norm",
+               "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+               "_native_batch_norm_legit_functional", "_batch_norm_with_update",
+               "_batch_norm_with_update_functional", "_batch_norm_no_update")
+# Python functions of torch that compute the same from basic operators (so no operator above
+# sees them), as paths under `torch`: nn.MultiheadAttention's own math, the Transformer classes,
+# torch._refs. The decompositions of the operators above (torch._decomp) are added to them.
+_MHA_PY = ("nn.functional.multi_head_attention_forward", "nn.MultiheadAttention.forward")
+_SOFTMAX_PY = ("_refs.softmax", "_refs.log_softmax", "_refs.special.softmax",
+               "_refs.special.log_softmax", "_refs.nn.functional.softmax",
+               "_refs.nn.functional.softmin", "_refs.nn.functional.log_softmax")
+_NORM_PY = ("_refs.nn.functional.layer_norm", "_refs.nn.functional.group_norm")
+_TRANSFORMER_PY = tuple(f"nn.{c}.forward" for c in (
+    "Transformer", "TransformerEncoder", "TransformerDecoder", "TransformerEncoderLayer",
+    "TransformerDecoderLayer"))
+# What the student reads: the labels of the kernel's own guard (tfscratch.checks.core._HUMAN,
+# kept equal by tests/test_vm_guard.py), so both say the same.
+FORBID = {   # group: (label, aten operators, Python functions)
+    "softmax": ("torch.softmax / F.softmax / Tensor.softmax / nn.Softmax", _SOFTMAX, _SOFTMAX_PY),
+    "online_softmax": ("torch.softmax / F.softmax / Tensor.softmax / F.log_softmax", _SOFTMAX,
+                       _SOFTMAX_PY),
+    "attention": ("F.scaled_dot_product_attention", _ATTENTION, _MHA_PY),
+    "multihead": ("nn.MultiheadAttention / F.multi_head_attention_forward / "
+                  "F.scaled_dot_product_attention", _ATTENTION, _MHA_PY),
+    "flash_attention": ("F.scaled_dot_product_attention", _ATTENTION, _MHA_PY),
+    "layer_norm": ("F.layer_norm / nn.LayerNorm / torch.layer_norm / F.rms_norm / nn.RMSNorm",
+                   _LAYER_NORM, _NORM_PY),
+    "batch_norm": ("F.batch_norm / nn.BatchNorm1d / torch.batch_norm", _BATCH_NORM, ()),
+    "rms_norm": ("F.rms_norm / nn.RMSNorm / F.layer_norm / nn.LayerNorm",
+                 ("rms_norm", "_fused_rms_norm", "layer_norm", "native_layer_norm"), _NORM_PY),
+    "cross_entropy": ("F.cross_entropy / nn.CrossEntropyLoss", ("cross_entropy_loss",), ()),
+    "transformer": ("PyTorch's nn.Transformer* classes", ("_transformer_encoder_layer_fwd",),
+                    _TRANSFORMER_PY),
+}
+_PUBLIC = {"cross_entropy_loss": "cross_entropy"}    # the name an operator is called by
+# the CPU side of the dispatcher (meta tensors hold no values; torch.compile is held eager)
+_KEYS = ("CPU", "SparseCPU", "SparseCsrCPU", "MkldnnCPU", "QuantizedCPU", "NestedTensorCPU",
+         "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+         "CompositeExplicitAutogradNonFunctional", "CompositeImplicitAutogradNestedTensor")
+_KERNELS: dict = {}
+
+
+def _kernels(op: str) -> list:
+    """[(overload name, dispatch key)] of one aten operator's kernels on the CPU side."""
+    if op not in _KERNELS:
+        packet, found = getattr(torch.ops.aten, op, None), []
+        for ov in (packet.overloads() if packet is not None else []):
+            name = op if ov == "default" else f"{op}.{ov}"
+            found += [(name, k) for k in _KEYS
+                      if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", k)]
+        _KERNELS[op] = found
+    return _KERNELS[op]
+
+
+_DECOMPOSITIONS: dict = {}
+
+
+def _python_functions(paths, ops) -> list:
+    """[(name, function)] to refuse: the functions at `paths` (looked up now: the kernel's own
+    guard may have put a function of its own there for a while) and the decompositions of
+    `ops`, each at the end of its wrapper chain (the function every wrapper calls); torch's
+    own only (a function put in torch's place is not torch's code)."""
+    found = []
+    for path in paths:
+        obj = torch
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+        module = path.endswith(".forward")    # a module's forward: named by its class
+        found.append(("torch." + path.removesuffix(".forward") if module else part, obj))
+    for op in ops:
+        found += _decompositions(op)
+    out, seen = [], set()
+    for name, fn in found:
+        while getattr(fn, "__wrapped__", None) is not None:
+            fn = fn.__wrapped__
+        code = getattr(fn, "__code__", None)
+        if code is None or code.co_freevars or id(fn) in seen or \
+                not code.co_filename.startswith(_TORCH_DIR):
+            continue
+        seen.add(id(fn))
+        out.append((name, fn))
+    return out
+
+
+def _decompositions(op: str) -> list:
+    """[(name, function)]: torch._decomp's Python implementations of an operator's overloads."""
+    if op not in _DECOMPOSITIONS:
+        import torch._decomp
+        packet = getattr(torch.ops.aten, op, None)
+        _DECOMPOSITIONS[op] = [(op, torch._decomp.decomposition_table.get(getattr(packet, ov)))
+                               for ov in (packet.overloads() if packet is not None else [])]
+    return _DECOMPOSITIONS[op]
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+def _refused(*args, _tfs_refuse=None, **kwargs):
+    """The code a refused Python function of torch runs while the guard is on. It runs with
+    that function's globals (torch's), so what it calls comes in its keyword default: the
+    guard's, which records the shortcut and raises ShortcutUsed."""
+    _tfs_refuse()
+
+
+def _shortcut_message(name: str, label: str) -> str:
+    """The kernel guard's words (tfscratch.checks.core), whichever lane and thread saw it."""
+    if name.startswith("torch.nn.") and name[9:10].isupper():      # a module of torch.nn
+        return (f"Shortcut used: your code ran {name[6:]}. This exercise asks you to build it "
+                "yourself.")
+    return (f"Shortcut used: your code called PyTorch's `{_PUBLIC.get(name, name)}` ({label}). "
+            "This exercise asks you to build it yourself from basic tensor operations.")
+
+
+class _Guard:
+    """While a plan's probes run: every CPU kernel of the forbidden aten operators (a
+    torch.library override, global to the process, so every thread meets it) and every
+    forbidden Python function of torch (its code swapped for one that raises) refuse to run;
+    torch.compile'd functions run eagerly. `check()` after each probe says whether a shortcut
+    ran (even one the student's code caught), whether the guard is still as installed, and,
+    `strict` (the grading sandbox), whether a process of the student's ran meanwhile (it would
+    be out of every rule here: the guard, the memory measure)."""
+
+    def __init__(self, groups, strict: bool = False):
+        self.groups = [g for g in groups or () if g in FORBID]
+        self.strict = strict
+        self.trips, self.swapped, self.lib, self.stance = [], [], None, None
+        self.problem = None
+
+    def __enter__(self):
+        if self.strict:
+            kids = _children()
+            if kids:
+                self.problem = _process_message(kids)
+            self.usage = _child_usage()
+        if self.groups:
+            try:
+                self._install()
+            except Exception as e:  # noqa: BLE001 - torch.library or torch changed under us
+                self.__exit__()
+                self.problem = f"GuardChanged: the shortcut guard could not be installed ({e})"
+        return self
+
+    def _install(self):
+        self.lib = torch.library.Library("aten", "IMPL")
+        label = ", ".join(FORBID[g][0] for g in self.groups)
+        with warnings.catch_warnings():   # "overriding a previously registered kernel"
+            warnings.simplefilter("ignore")
+            for g in self.groups:
+                _, ops, paths = FORBID[g]
+                for op in ops:
+                    for name, key in _kernels(op):
+                        self.lib.impl(name, self._refuser(op, label), key)
+                for name, fn in _python_functions(paths, ops):
+                    if all(fn is not f for f, _, _ in self.swapped):
+                        self.swapped.append((fn, fn.__code__, fn.__kwdefaults__))
+                        fn.__code__ = _refused.__code__
+                        fn.__kwdefaults__ = {"_tfs_refuse": self._refuser(name, label)}
+        self.stance, self.compiled = _force_eager(), _compiled()
+        self.table = self._table()
+
+    def _refuser(self, name, label):
+        trips = self.trips
+
+        def refuse(*args, **kwargs):
+            msg = _shortcut_message(name, label)
+            trips.append(msg)
+            raise ShortcutUsed(msg)
+        return refuse
+
+    def _table(self):
+        """What the guard installed, as the dispatcher and torch report it now: the kernels
+        of the keys it overrode (a kernel registered later for another key, as torch's own
+        lazy imports do, changes nothing here) and the refused functions' code."""
+        keys = {}
+        for g in self.groups:
+            for op in FORBID[g][1]:
+                for name, key in _kernels(op):
+                    keys.setdefault(name, set()).add(key)
+        lines = [ln for name in sorted(keys)
+                 for ln in torch._C._dispatch_dump(f"aten::{name}").splitlines()
+                 if ln.split(":", 1)[0].removesuffix("[alias]") in keys[name]]
+        return lines, [(fn.__code__, fn.__kwdefaults__) for fn, _, _ in self.swapped]
+
+    def start(self) -> None:
+        self.trips.clear()
+
+    def check(self) -> str | None:
+        """Why the probe that just ran cannot count, or None."""
+        if self.problem:
+            return self.problem
+        if self.strict:
+            kids = _children()
+            if kids or _child_usage() != self.usage:
+                self.problem = _process_message(kids)
+                return self.problem
+        if not self.groups:
+            return None
+        now = self._table()
+        if now[0] != self.table[0] or any(a[0] is not b[0] or a[1] is not b[1]
+                                          for a, b in zip(now[1], self.table[1])) \
+                or (self.stance is not None and _stance() != "force_eager"):
+            self.problem = ("GuardChanged: the shortcut guard was changed while your code ran (an "
+                            "operator kernel registered or removed, a function of torch given "
+                            "other code, or torch.compile's stance changed): the independent "
+                            "check cannot vouch for this result")
+            return self.problem
+        if _compiled() != self.compiled:
+            self.problem = ("GuardChanged: torch.compile compiled code while the independent check "
+                            "ran (compiled code runs past the shortcut guard): run your code "
+                            "without compiling it inside the exercise")
+            return self.problem
+        if self.stance is None:     # torch.compile was first loaded by the probe just run
+            self.stance = _force_eager()
+        return f"ShortcutUsed: {self.trips[0]}" if self.trips else None
+
+    def __exit__(self, *exc):
+        if self.lib is not None:
+            self.lib._destroy()
+            self.lib = None
+        for fn, code, kwdefaults in self.swapped:
+            fn.__code__, fn.__kwdefaults__ = code, kwdefaults
+        self.swapped = []
+        if self.stance is not None:
+            self.stance.__exit__(None, None, None)
+            self.stance = None
+        return False
+
+
+def _force_eager():
+    """torch.compile'd functions run eagerly (so through the guard) until `.__exit__`; None
+    where torch.compile was never loaded (nothing compiled then)."""
+    if "torch._dynamo" not in sys.modules:
+        return None
+    return sys.modules["torch._dynamo"].set_stance("force_eager")
+
+
+def _stance():
+    ef = sys.modules.get("torch._dynamo.eval_frame")
+    return None if ef is None else getattr(getattr(ef, "_stance", None), "stance", None)
+
+
+def _compiled() -> int:
+    """How many frames torch.compile has compiled in this process (0 where never loaded)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    return int(counters["frames"]["total"]) if counters is not None else 0
+
+
+def _children() -> list:
+    """The pids of this process's child processes (zombies included); [] without /proc."""
+    me, kids = os.getpid(), []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for d in names:
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat[stat.rfind(b")") + 2:].split()[1]) == me:
+            kids.append(int(d))
+    return kids
+
+
+def _child_usage():
+    """The resources used by this process's children that have ended and been waited for: a
+    child that ran and ended between two readings changes it (no clock involved: page faults
+    and context switches)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (r.ru_minflt, r.ru_majflt, r.ru_nvcsw, r.ru_nivcsw, r.ru_maxrss)
+
+
+def _process_message(kids) -> str:
+    return ("ChildProcess: a process your notebook started ran while the independent check did"
+            + (f" (pid {', '.join(map(str, kids[:3]))})" if kids else "") + ": the check runs "
+            "your code in the kernel alone, where its rules hold. Use no subprocess, "
+            "multiprocessing or os.fork inside an exercise, and end any process an earlier cell "
+            "started")
+
+
+# -- the memory rule: the whole process's resident memory, every thread counted --------------
+
+def _resident_peak():
+    """VmHWM, the process's peak resident memory in bytes (every thread's allocations; None
+    where /proc is not there)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _measured(fn, args, kwargs):
+    """(fn's output, how much the process's peak resident memory grew while it ran). The peak
+    is reset to the current size first (/proc/self/clear_refs); where it cannot be, the growth
+    past the earlier peak is measured, which can only under-count."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    before = _resident_peak()
+    out = fn(*args, **kwargs)
+    after = _resident_peak()
+    grew = 0 if before is None or after is None else max(0, after - before)
+    return out, grew
+
+
+def run_probe(probe: dict, target, tensors: dict, namespace: dict,
+              guard: _Guard | None = None) -> tuple[dict, dict]:
     """Run one probe on `target`; returns (captured arrays, meta). Never raises, except
-    KeyboardInterrupt (the grader's time limit)."""
+    KeyboardInterrupt (the grader's time limit). `guard` (run_plan's) is on around it: what it
+    finds afterwards (a shortcut that ran, a changed guard, a process) is the probe's error."""
     caps, meta = {}, {}
     ctx = _Ctx(tensors, namespace)
     p = probe["name"]
+    if guard is not None:
+        guard.start()
     try:
         seed(probe.get("seed", 0))
         obj = target
@@ -412,6 +766,12 @@ def run_probe(probe: dict, target, tensors: dict, namespace: dict) -> tuple[dict
                         out = fn(*args, **kwargs)
                     caps[f"{key}.shapes"] = rec.array()
                     caps[f"{key}.reduced"] = np.asarray(rec.reduced, dtype=np.int64)
+                elif call.get("memory_limit"):
+                    # the growth past the call's allowance, or 0 (the reference's: always 0,
+                    # so what is stored and compared does not depend on the machine)
+                    out, grew = _measured(fn, args, kwargs)
+                    caps[f"{key}.memory"] = np.asarray(
+                        grew if grew > call["memory_limit"] else 0, dtype=np.int64)
                 else:
                     out = fn(*args, **kwargs)
                 ctx.outs[ci] = out
@@ -447,6 +807,9 @@ def run_probe(probe: dict, target, tensors: dict, namespace: dict) -> tuple[dict
         meta[f"{p}.error"] = _error(e)
         global last_exception
         last_exception = e      # in the kernel, the check's box shows the student's own line
+    why = guard.check() if guard is not None else None
+    if why:                     # a shortcut the code caught, a thread's, or a changed guard
+        meta[f"{p}.error"] = why
     return caps, meta
 
 
@@ -459,23 +822,30 @@ def _get_attr(obj, dotted):
     return obj
 
 
-def run_plan(plan: dict, namespace: dict, tensors: dict | None = None, emit=None) -> dict:
-    """Run every probe of a plan on `namespace[plan['target']]`. `emit(doc)` is called after
-    each probe (in the kernel: displays it, so the probes done survive a later crash).
+def run_plan(plan: dict, namespace: dict, tensors: dict | None = None, emit=None,
+             strict: bool = False) -> dict:
+    """Run every probe of a plan on `namespace[plan['target']]`, with the shortcut guard of
+    the plan's `forbid` groups on. `emit(doc)` is called after each probe (in the kernel:
+    displays it, so the probes done survive a later crash). `strict` (the grading sandbox)
+    also refuses the probes of a guarded plan (forbidden shortcuts or a memory rule) when a
+    process of the student's runs beside them.
     Returns {"caps": arrays, "meta": {...}} merged over all probes."""
     tensors = unpack(plan.get("tensors", "")) if tensors is None else tensors
     caps, meta = {}, {}
     target = namespace.get(plan["target"])
-    for probe in plan["probes"]:
-        if target is None:
-            c, m = {}, {f"{probe['name']}.error": f"NameError: {plan['target']!r} is not defined"}
-        else:
-            c, m = run_probe(probe, target, tensors, namespace)
-        caps.update(c)
-        meta.update(m)
-        if emit is not None:
-            emit({"exercise": plan["exercise"], "probe": probe["name"], "caps": pack(c),
-                  "meta": m})
+    guarded = bool(plan.get("forbid")) or any(c.get("memory_limit") for p in plan["probes"]
+                                              for c in p.get("calls", []))
+    with _Guard(plan.get("forbid"), strict=strict and guarded) as guard:
+        for probe in plan["probes"]:
+            if target is None:
+                c, m = {}, {f"{probe['name']}.error": f"NameError: {plan['target']!r} is not defined"}
+            else:
+                c, m = run_probe(probe, target, tensors, namespace, guard)
+            caps.update(c)
+            meta.update(m)
+            if emit is not None:
+                emit({"exercise": plan["exercise"], "probe": probe["name"], "caps": pack(c),
+                      "meta": m})
     return {"caps": caps, "meta": meta}
 
 
@@ -487,4 +857,4 @@ def kernel_main(plan_json: str, namespace: dict) -> None:
     def emit(doc):
         display({MIME: doc, "text/plain": f"[independent check: {doc['exercise']}/{doc['probe']}]"},
                 raw=True)
-    run_plan(plan, namespace, emit=emit)
+    run_plan(plan, namespace, emit=emit, strict=True)

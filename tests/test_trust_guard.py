@@ -1,0 +1,25 @@
+"""Issue 26, classes 3 and 4, end to end (`tfs-grade grade`, sandbox on): a forbidden shortcut
+reached by a name assembled at run time, in the calling thread, a pool's thread or a thread
+waiting on a queue, and naive attention computed in another thread, each lose the points the
+cheat would have earned (and no others), and the student's feedback says why. The cases are
+in tests/hostile/trust_guard.py; tests/test_vm_guard.py proves the probe machine alone."""
+from hostile.trust_guard import EXPECT
+from nbtools import points
+
+
+def _zeroed(assignment, names):
+    """The graded cells of `names`: a cell's grade id, or an exercise (all its cells)."""
+    cells = points(assignment)
+    return {g for g in cells for n in names
+            if g == n or g == f"test_{n}" or g.startswith(f"test_{n}_")}
+
+
+def test_each_cheat_loses_its_exercises_points_and_says_why(class_trust):
+    for (a, sid), (names, why) in EXPECT.items():
+        row = class_trust[a]["rows"][sid]
+        cells = points(a)
+        lost = sum(cells[g] for g in _zeroed(a, names))
+        assert lost > 0, (a, names)
+        assert float(row[a]) == sum(cells.values()) - lost, (sid, row)
+        page = (class_trust[a]["out"] / "feedback" / sid / f"{a}.html").read_text(encoding="utf-8")
+        assert why in page, (sid, why)
