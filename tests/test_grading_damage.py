@@ -164,7 +164,9 @@ def test_honest_fixtures_exact_in_both_runs(runs):
         assert float(rows["cleo"][A01]) == SOFTMAX_POINTS and rows["cleo"]["notes"] == ""
         assert rows["ada"]["status"] == rows["cleo"]["status"] == "graded"
     for s in ("ada", "cleo"):
-        assert {k: v for k, v in runs["first"][s].items()} == {k: v for k, v in runs["second"][s].items()}
+        # every column but the hand-in time (the fixtures are written again for the second run)
+        assert {k: v for k, v in runs["first"][s].items() if k != "submitted_at"} == \
+            {k: v for k, v in runs["second"][s].items() if k != "submitted_at"}
 
 
 def test_attacks_were_blocked(runs):

@@ -342,29 +342,44 @@ def test_each_probe_sits_right_before_its_exercises_first_test_cell(assignment):
 
 # -- a probe cell the namespace cannot bend --------------------------------------------------
 
-def test_the_probe_cell_ignores_every_name_the_student_rebound(honest, monkeypatch):
+_REBOUND = r"""
+import builtins, json, sys
+import IPython.display
+sys.path.insert(0, sys.argv[1])
+from nbtools import solution_sources
+cells = json.loads(sys.stdin.read())
+ns = {"__builtins__": builtins, "__name__": "__main__"}
+exec("from torch import *\nfrom numpy import *\nimport torch, math\n", ns)
+for src in solution_sources("01_attention").values():
+    exec(src, ns)
+ns.update(print=None, max=3, sum=0, exec="fast", globals={"lr": 0.1}, types=None, json=None,
+          linecache=None, sys=None, vm=None, __import__=None)
+assert ns["compile"] is not builtins.compile          # torch.compile
+docs = []
+IPython.display.display = lambda obj, raw=False: docs.append(obj["application/x-tfs-probe+json"])
+probes = {}
+for name, src in cells.items():
+    docs.clear()
+    builtins.exec(builtins.compile(src, "<probe " + name + ">", "exec"), ns)
+    probes[name] = {"docs": list(docs), "error": None}
+builtins.print(json.dumps({"probes": probes, "left": "__tfs_b" in ns}))
+"""
+
+
+def test_the_probe_cell_ignores_every_name_the_student_rebound(honest):
     """The probe cell in a namespace where `from torch import *` and `from numpy import *` ran
     (torch.compile shadows compile) and print, max, sum, exec, globals, __import__, types,
-    json, linecache are rebound: its captures are those of the honest run."""
-    import builtins
-    import IPython.display
-    sols = {c["exercise"]: c for c in verdict.probe_cells(A01, SEED)}
-    ns = {"__builtins__": builtins, "__name__": "__main__"}
-    exec("from torch import *\nfrom numpy import *\nimport torch, math\n", ns)
-    from nbtools import solution_sources
-    for src in solution_sources(A01).values():
-        exec(src, ns)
-    ns.update(print=None, max=3, sum=0, exec="fast", globals={"lr": 0.1}, compile=ns["compile"],
-              types=None, json=None, linecache=None, sys=None, vm=None, __import__=None)
-    assert ns["compile"] is not builtins.compile
-    docs = []
-    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: docs.append(obj[vm.MIME]))
-    probes = {}
-    for name, cell in sols.items():
-        docs.clear()
-        builtins.exec(builtins.compile(cell["source"], f"<probe {name}>", "exec"), ns)
-        probes[name] = {"docs": list(docs), "error": None}
-    assert "__tfs_b" not in ns
+    json, linecache are rebound: its captures are those of the honest run. (A fresh process:
+    the probe machine's strict mode refuses to vouch for a plan beside child processes, which
+    a test session has.)"""
+    from nbtools import REPO
+    cells = {c["exercise"]: c["source"] for c in verdict.probe_cells(A01, SEED)}
+    r = subprocess.run([sys.executable, "-c", _REBOUND, str(REPO / "tests")], input=json.dumps(cells),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["left"] is False
+    probes = got["probes"]
     failed, problems = _judge(probes, honest[1])
     assert failed == set() and problems == []
     assert [d["probe"] for d in probes["softmax"]["docs"]] == [p.name for p in engine.specs_for(A01)[0].probes]
