@@ -1,6 +1,6 @@
 # Transformers from Scratch: two commands on a fresh machine.
 #   make lab    create .venv on first use, install, open JupyterLab on the course
-#   make test   the same set-up, then the whole test suite (what CI runs, ~11 min)
+#   make test   the same set-up, then the whole test suite (what CI runs, ~12 min)
 #   make test-fast  helpers, reference, layout/manifest, build, sampled catalogues (< 1 min)
 # Variables: PYTHON (interpreter used to create .venv), NO_BROWSER=1 (headless lab),
 #            PORT (lab port), TORCH_VERSION.
