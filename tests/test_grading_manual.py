@@ -54,7 +54,7 @@ def test_answers_wait_for_review(graded):
     cell = next(c for c in xia.cells if c.metadata.get("nbgrader", {}).get("grade_id") == answered)
     assert "BEGIN SOLUTION" not in cell.source and "cancels" not in cell.source
     assert float(rows["xia"][A01]) == auto
-    assert "Formgrader" in review and "tfs-grade export" in review
+    assert "formgrader" in review and "tfs-grade export" in review
 
 
 def test_manual_score_entered_in_gradebook_shows_in_grades_csv(graded):

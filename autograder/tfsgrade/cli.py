@@ -8,8 +8,13 @@
     tfs-grade manifest              print the course manifest (tfsgrade.manifest) as JSON
     tfs-grade grade SUBMISSIONS     autograde a folder or zip; write grades.csv, feedback, report
     tfs-grade course DIR            make an nbgrader course directory (for the formgrader)
-    tfs-grade export OUT            after grading free-text answers by hand in the formgrader:
-                                    re-read the gradebook, rewrite OUT/grades.csv and feedback
+    tfs-grade formgrader OUT        nbgrader's formgrader on OUT's course (hand grading)
+    tfs-grade export OUT            after hand grading (or new dates): rewrite every output of
+                                    OUT from the gradebook (grades.csv, report, LMS, feedback)
+    tfs-grade release-feedback OUT --to DIR [--zip]   the feedback, per student
+
+OUT is the record of the term: grading into it again (everyone, or --student) keeps every hand
+grade; due dates, extensions and the late policy given once are kept in it.
 """
 from __future__ import annotations
 
@@ -92,6 +97,26 @@ def stale(notebooks: bool = True) -> list[str]:
     return problems
 
 
+def _term_args(p) -> None:
+    p.add_argument("--term", type=Path, metavar="FILE",
+                   help="due dates, late policy and extensions in TOML (see tfsgrade.term)")
+    p.add_argument("--due", action="append", metavar="[ASSIGNMENT=]DATE",
+                   help="a due date: 2026-10-02T23:59+02:00 or '01_attention=2026-10-02 23:59 "
+                        "Europe/Berlin' (repeatable; kept for later runs)")
+    p.add_argument("--extensions", type=Path, metavar="CSV",
+                   help="student_id,assignment,extension (2d, 36h, or a new due date)")
+    p.add_argument("--late-policy", choices=["none", "per-day", "zero-after"])
+    p.add_argument("--penalty-per-day", type=float, metavar="SHARE",
+                   help="with per-day: the share of the score taken per started day (0.1 = 10%%)")
+    p.add_argument("--cutoff-days", type=float, metavar="DAYS",
+                   help="later than this: the notebook scores 0 (negative: no cut-off)")
+
+
+def _term_options(a) -> dict:
+    return dict(term_file=a.term, due=a.due or (), extensions=a.extensions, policy=a.late_policy,
+                penalty_per_day=a.penalty_per_day, cutoff_days=a.cutoff_days)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="tfs-grade", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -148,6 +173,15 @@ def main(argv=None):
                    help="run the demonstration cells too, for every student or only those named "
                         "(by default the sandbox leaves out the unchanged ones that nothing graded "
                         "needs: figures, explorers, training)")
+    _term_args(g)
+    f = sub.add_parser("formgrader", help="nbgrader's formgrader on a grading folder (hand grading)")
+    f.add_argument("out", type=Path, help="the --out folder of a grading run")
+    f.add_argument("--port", type=int, default=8890)
+    f.add_argument("--ip", default="127.0.0.1", help="0.0.0.0 to reach it from outside a container")
+    rf = sub.add_parser("release-feedback", help="copy the feedback out, per student")
+    rf.add_argument("out", type=Path, help="the --out folder of a grading run")
+    rf.add_argument("--to", type=Path, required=True, help="TO/<student>/<notebook>.html")
+    rf.add_argument("--zip", action="store_true", help="one TO/<student>.zip each instead")
     c = sub.add_parser("course", help="make an nbgrader course directory for the formgrader")
     c.add_argument("dir", type=Path)
     e = sub.add_parser("export", help="re-read the gradebook after manual grading; rewrite grades.csv")
@@ -158,6 +192,7 @@ def main(argv=None):
                    help="a roster for the Canvas/Moodle files from now on (see grade --roster)")
     e.add_argument("--id-field", action="append", metavar="NAME",
                    help="how the Canvas/Moodle files identify students (see grade --id-field)")
+    _term_args(e)
     a = ap.parse_args(argv)
 
     if a.cmd == "build":
@@ -185,18 +220,20 @@ def main(argv=None):
                       sandbox=not a.no_sandbox, reveal_hidden=a.reveal_hidden,
                       run_demos=a.run_demos or a.run_demos == [],  # [] (no names): everyone
                       probe_seed=a.probe_seed, probe_secret=a.probe_secret,
-                      roster=a.roster, layout=a.layout, id_fields=a.id_field or ())
+                      roster=a.roster, layout=a.layout, id_fields=a.id_field or (),
+                      term_options=_term_options(a))
         flagged = [it for it in items if it.status == "flagged" or it.reasons]
         print(f"graded {sum(it.status == 'graded' for it in items)} notebook(s); "
               f"{len(flagged)} flagged")
         for it in flagged:
             for r in it.reasons:
                 print(f"  {it.student}/{it.assignment}: {r}")
+        from .manual import command
         print(f"wrote {a.out / 'grades.csv'}, {a.out / 'report.html'}, {a.out / 'feedback'}/")
         print(f"free-text answers to grade by hand: {a.out / 'manual_review.md'} "
-              f"(then `tfs-grade export {a.out}`)")
+              f"(`{command('formgrader', a.out)}`, then `{command('export', a.out)}`)")
     elif a.cmd == "export":
-        from .manual import export, write_review
+        from .manual import export
         if a.roster or a.id_field:   # kept in OUT: every later export uses them
             from . import exports, lms
             try:
@@ -206,9 +243,30 @@ def main(argv=None):
                 raise SystemExit(f"cannot export: {err}") from None
             lms.save(a.out, roster=roster, id_fields=a.id_field,
                      given=bool(a.roster) or lms.saved_settings(a.out).get("roster_given", False))
-        path = export(a.out, a.db_url, feedback=not a.no_feedback)
-        review = write_review(a.out, db_url=a.db_url)
-        print(f"wrote {path} and {review}")
+        from . import term
+        try:
+            term.configure(a.out, **_term_options(a))
+        except (ValueError, OSError) as err:
+            raise SystemExit(f"cannot export: {err}") from None
+        try:
+            path = export(a.out, a.db_url, feedback=not a.no_feedback)
+        except FileNotFoundError as err:
+            raise SystemExit(str(err)) from None
+        print(f"wrote {path}, {a.out / 'report.md'}, {a.out / 'manual_review.md'}, the LMS files "
+              f"and {a.out / 'feedback'}/ from the gradebook")
+    elif a.cmd == "formgrader":
+        from . import formgrader
+        try:
+            return formgrader.main(a.out, port=a.port, ip=a.ip)
+        except FileNotFoundError as err:
+            raise SystemExit(str(err)) from None
+    elif a.cmd == "release-feedback":
+        from .outputs import release_feedback
+        try:
+            written = release_feedback(a.out, a.to, zip_each=a.zip)
+        except FileNotFoundError as err:
+            raise SystemExit(str(err)) from None
+        print(f"wrote {len(written)} file(s) under {a.to}")
     elif a.cmd == "course":
         root = course.make_course(a.dir, course.assignments())
         course.generate(root, course.assignments(), reuse=True)

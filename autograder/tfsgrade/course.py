@@ -53,7 +53,8 @@ c.Autograde.autograde_preprocessors = [RanInSandbox, IgnorePattern, ClearMetadat
 
 
 def make_course(root: Path, names: list[str], *, db_url: str | None = None,
-                timeout: int | None = None, executed_elsewhere: bool = False) -> Path:
+                timeout: int | None = None, executed_elsewhere: bool = False,
+                extra: str = "") -> Path:
     """Create an nbgrader course directory with source/<a>/<a>.ipynb for each assignment."""
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -66,6 +67,7 @@ def make_course(root: Path, names: list[str], *, db_url: str | None = None,
         cfg += f"c.Execute.timeout = {int(timeout)}\n"
     if executed_elsewhere:
         cfg += EXECUTED_ELSEWHERE
+    cfg += extra
     (root / "nbgrader_config.py").write_text(cfg)
     for a in names:
         src = SOLUTIONS / f"{a}.ipynb"

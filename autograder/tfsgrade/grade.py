@@ -3,11 +3,18 @@
     intake     folder or zip -> one Item per (student, notebook)      tfsgrade.intake
     normalise  repair metadata, restore test cells from the source     tfsgrade.normalise
     run        execute each notebook in a sandbox, in parallel (Dask)  tfsgrade.run/.sandbox
-    merge      score with nbgrader into the gradebook; judges          tfsgrade.merge
-    feedback   feedback HTML, grades.csv, the class report             tfsgrade.feedback/.report
+    merge      score with nbgrader into the term's gradebook; judges;   tfsgrade.merge/.hand
+               hand grades kept, answers changed since flagged
+    outputs    from the gradebook and the record: grades.csv, nbgrader  tfsgrade.record/.outputs
+               export, LMS files, report, review list, feedback
 
 One Settings object (tfsgrade.settings) is built once and read by every stage. A bad
 submission is flagged with its reason and never stops the rest of the class.
+
+OUT is the record of the term: its course directory and gradebook are kept from one run to the
+next (a regrade, of everyone or `--student`, keeps every hand grade, comment and override), and
+OUT/record.json keeps what each run found about each submission. Every submission still runs in
+a fresh sandbox; only the coordinator writes the gradebook and the record.
 """
 from __future__ import annotations
 
@@ -15,13 +22,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import course, feedback, intake, manual, merge, normalise, report, run
+from . import course, intake, judges, merge, normalise, outputs, record, run, term
 from .intake import Item  # noqa: F401  (re-exported: scripts and tests import it from here)
 from .settings import Settings
 
 
-def grade(submissions: Path, out: Path, *, names: list[str] | None = None, **options) -> list[Item]:
+def grade(submissions: Path, out: Path, *, names: list[str] | None = None, term_options=None,
+          **options) -> list[Item]:
+    """`term_options`: due dates, extensions and the late policy (tfsgrade.term.configure's
+    keywords), kept in OUT for later runs."""
     s = Settings.build(out, names=names, **options)
+    try:
+        term.configure(s.out, **(term_options or {}))
+    except (ValueError, OSError) as e:
+        raise SystemExit(f"cannot grade: {e}") from None
     _require_sandbox(s)
     with tempfile.TemporaryDirectory(prefix="tfs-grade-") as work, run.workers(s):
         root_in = intake.unpack(Path(submissions), Path(work))
@@ -30,16 +44,17 @@ def grade(submissions: Path, out: Path, *, names: list[str] | None = None, **opt
         root_in = got.root   # LMS downloads: converted to <student>/<assignment>.ipynb
         s = s.with_names(_assignments(names, intake.students_in(root_in)))
         s.log(f"grading {len(intake.students_in(root_in))} student folder(s) on {', '.join(s.names)}")
-        _timed(s, "course", lambda: merge.fresh_course(s))
+        _timed(s, "course", lambda: merge.term_course(s))
         items = intake.collect(root_in, list(s.names), intake=got)
         _timed(s, "normalise", lambda: normalise_all(items, s))
         _timed(s, "run", lambda: run.run_all(items, s))
         _timed(s, "merge", lambda: merge.merge(items, s))
-        _timed(s, "feedback", lambda: feedback.write_feedback(items, s))
-        feedback.write_grades(items, s)
-        _timed(s, "report", lambda: report.write_report(s.out, items, list(s.names), s.course,
-                                                        s.db_url, settings=s))
-        manual.after_grading(s.out, list(s.names), s.db_url)  # answers to review by hand
+        judges.clean_autograded(items, s)  # no hidden tests, no endless output, no active content
+        record.update(s.out, items, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                      sandbox="on" if s.sandbox else "OFF (--no-sandbox)")
+        _timed(s, "outputs", lambda: outputs.write_all(
+            s.out, db_url=s.db_url, settings=s, run_items=items, log=s.log,
+            feedback={(it.student, it.assignment) for it in items}))
     return items
 
 

@@ -44,6 +44,10 @@ class Item:
     submitted_from: str = ""                       # where that time came from (timestamp.txt, ...)
     lms_late: bool | None = None                   # Canvas's LATE marker; None: the LMS says nothing
     origin: str = ""                               # the file's path in the download
+    time_known: bool = True                        # False: the download's times are not the
+                                                   # submission's (Canvas); lms_late decides
+    answer_changed: list[str] = field(default_factory=list)  # hand-graded answers edited since
+    graded_at: str = ""                            # the run that graded it (ISO, UTC)
 
 
 def unpack(src: Path, work: Path) -> Path:
@@ -233,6 +237,8 @@ def collect(root_in: Path, names: list[str], only: tuple = (), intake: lms.Intak
             it.path = path
             if entry is not None:
                 it.submitted_at, it.submitted_from = entry.submitted_at, entry.submitted_from
+                # Canvas's zip holds the time the zip was made: its LATE marker decides
+                it.time_known = entry.layout != "canvas" or "timestamp" in entry.submitted_from
             else:
                 it.origin = it.origin or str(path.relative_to(root_in))
                 it.submitted_at, it.submitted_from = lms.submitted_at_of(path, from_zip, sdir)
@@ -265,6 +271,7 @@ def _not_placed(intake: lms.Intake, names: list[str], only: tuple) -> list[Item]
         it.reasons += [f"{n} (file {e.file!r})" for n in e.notes] or [f"unknown student (file {e.file!r})"]
         it.origin = it.origin or e.file
         it.submitted_at, it.submitted_from, it.lms_late = e.submitted_at, e.submitted_from, e.lms_late
+        it.time_known = e.layout != "canvas"
     for sid in intake.absent():
         if only and sid not in only:
             continue

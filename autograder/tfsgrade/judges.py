@@ -5,8 +5,9 @@ executed notebooks; the feedback stage calls every function of `feedback.HYGIENE
 feedback page. This module plugs the pure modules in:
 
 - `scan_judge`: the static scan (tfsgrade.scan) of every submission. A certain shortcut scores
-  the exercise's test cells 0 through nbgrader's Gradebook API (a manual score of 0, so the
-  formgrader shows it as an instructor's decision); anything uncertain is flagged for review.
+  the exercise's test cells 0 through nbgrader's Gradebook API (an automatic score of 0 marked
+  for review, so the formgrader lists it and an instructor's manual score overrides it, and a
+  regrade of clean work restores the points); anything uncertain is flagged for review.
   Both go into the item's notes and `flags` (grades.csv, the report).
 - `similarity_judge`: copying signals (tfsgrade.similarity): pairs of solution cells over the
   threshold, written to OUT/similarity.html and listed in the report.
@@ -42,9 +43,12 @@ def scan_judge(items, s, gb) -> None:
             res = scan.scan_notebook(nb, a, released=released, source=source)
             for gid, why in res.zeroed_cells(test_ids).items():
                 try:
-                    gb.find_grade(gid, a, a, it.student).manual_score = 0.0
+                    g = gb.find_grade(gid, a, a, it.student)
                 except Exception:  # noqa: BLE001 - nbgrader recorded no such cell
                     continue
+                # the grader's own score, recomputed by every regrade; an instructor who
+                # disagrees enters a manual score in the formgrader, which then stands
+                g.auto_score, g.needs_manual_grade = 0.0, True
             gb.db.commit()
             notes = res.notes()
             it.reasons += [f"scan: {n}" for n in notes]
@@ -52,24 +56,25 @@ def scan_judge(items, s, gb) -> None:
 
 
 def similarity_judge(items, s, gb) -> None:
-    pairs = []
+    """Copying signals (tfsgrade.copying, tfsgrade.similarity): the instructor's notebook,
+    markers, reference code or model answers handed in, and code cells or free-text answers
+    shared with a classmate. Flags only: no score changes."""
+    from . import copying
+    pairs, sections = [], []
     for a in s.names:
-        subs = {it.student: nbformat.reads(it.notebook, as_version=4) for it in items
-                if it.assignment == a and it.notebook and it.status == "pending"}
+        mine = [it for it in items if it.assignment == a and it.notebook and it.status == "pending"]
+        subs = {it.student: nbformat.reads(it.notebook, as_version=4) for it in mine}
         if not subs:
             continue
-        found = similarity.compare_class(subs, a, source=_course_nb(s, "source", a),
-                                         released=_course_nb(s, "release", a))
-        pairs += found
-        for p in found:
-            for sid, other in ((p.left, p.right), (p.right, p.left)):
-                for it in items:
-                    if it.student == sid and it.assignment == a:
-                        it.flags.append(f"similar to {other} in {p.exercise} "
-                                        f"({100 * p.similarity:.0f}%)")
+        r = copying.review(subs, a, source=_course_nb(s, "source", a),
+                           released=_course_nb(s, "release", a))
+        for it in mine:
+            it.flags += r.flags.get(it.student, [])
+        pairs += r.code_pairs
+        sections.append(copying.render_html(a, r))
     path = s.out / "similarity.html"
-    path.write_text("<!doctype html><html><head><meta charset='utf-8'><title>Similar solution "
-                    "cells</title></head><body>" + similarity.render_html(pairs)
+    path.write_text("<!doctype html><html><head><meta charset='utf-8'><title>Copying signals"
+                    "</title></head><body>" + "".join(sections) + similarity.render_html(pairs)
                     + "</body></html>\n", encoding="utf-8")
 
 

@@ -7,22 +7,19 @@ marks every other one as needing a manual grade. This module
 
 - lists, per student and notebook, the answers waiting for review (`OUT/manual_review.md`),
   with the student's text, so an instructor can see the work before opening the formgrader;
-- re-reads nbgrader's gradebook after manual grading and rewrites `OUT/grades.csv`
-  (`tfs-grade export OUT`), so that scores entered in the formgrader, or through
-  `nbgrader.api.Gradebook`, show up in the grades.
+- `tfs-grade export OUT` rewrites every output from the gradebook after manual grading
+  (tfsgrade.outputs), so that scores entered in the formgrader, or through
+  `nbgrader.api.Gradebook`, show up in grades.csv, the report, the LMS files and the feedback.
 
 `grades.csv` gains one column, `manual_pending`: the answers of that student still waiting for
 a grade ("01_attention:q_masked_row"), empty when none are.
 """
 from __future__ import annotations
 
-import csv
 import re
 from pathlib import Path
 
 import nbformat
-
-from . import course
 
 PENDING = "manual_pending"
 
@@ -69,7 +66,6 @@ def pending(out: Path, names: list[str] | None = None, db_url: str | None = None
     with its state: 'pending' (answered, not graded yet), 'graded' (a manual score is in) or
     'no response' (left as released: 0, nothing to grade)."""
     from nbgrader.api import Gradebook, MissingEntry
-    root = course_root(out)
     rows = []
     with Gradebook(db_url_of(out, db_url)) as gb:
         names = names or [a.name for a in gb.assignments]
@@ -102,9 +98,21 @@ def _quote(text: str) -> str:
     return "\n".join("    " + ln for ln in text.splitlines())  # an indented block: shown as typed
 
 
-def write_review(out: Path, names: list[str] | None = None, db_url: str | None = None) -> Path:
+def command(*args: str) -> str:
+    """A tfs-grade command line as it runs here: by name when `tfs-grade` is on PATH, else
+    through this interpreter (a venv that is not activated)."""
+    import shlex
+    import shutil
+    import sys
+    exe = "tfs-grade" if shutil.which("tfs-grade") else f"{shlex.quote(sys.executable)} -m tfsgrade.cli"
+    return " ".join([exe, *(shlex.quote(str(a)) for a in args)])
+
+
+def write_review(out: Path, names: list[str] | None = None, db_url: str | None = None,
+                 changed=()) -> Path:
     """OUT/manual_review.md: the free-text answers awaiting review, per student and notebook,
-    and how to grade them in the formgrader."""
+    those whose answer changed since they were graded by hand (`changed`: (student, notebook,
+    grade id)), and how to grade them in the formgrader."""
     out = Path(out).resolve()
     root = course_root(out)
     rows = pending(out, names, db_url)
@@ -113,10 +121,17 @@ def write_review(out: Path, names: list[str] | None = None, db_url: str | None =
           f"{len(todo)} answer(s) waiting for review; "
           f"{sum(r['state'] == 'graded' for r in rows)} graded; "
           f"{sum(r['state'] == 'no response' for r in rows)} left unanswered (scored 0).", "",
-          "Grade them in nbgrader's formgrader: `cd " + str(root) + " && jupyter lab`, open "
-          "*Nbgrader → Formgrader → Gradebook* (\"Manual Grading\"), pick the assignment, the "
-          "notebook and a submission, and enter a score (and a comment) for each answer cell. Then run `tfs-grade export " + str(out) + "` to put "
-          "the scores into grades.csv and the feedback.", ""]
+          f"Grade them in nbgrader's formgrader: run `{command('formgrader', out)}`, open the "
+          "address it prints, choose *Manual Grading*, the assignment, the notebook and a "
+          "submission, and enter a score (and a comment) for each answer cell. Then run "
+          f"`{command('export', out)}`: grades.csv, the report, the LMS files and the feedback "
+          "are rewritten from the gradebook. A regrade into the same folder keeps every hand "
+          "grade.", ""]
+    if changed:
+        md += ["## Answers changed since you graded them", "",
+               "The student's newer submission differs from what you graded by hand; your score "
+               "is kept until you review it (the formgrader lists it as needing a grade).", ""]
+        md += [f"- {sid} · {a} · `{gid}`" for sid, a, gid in changed] + [""]
     by_student: dict[str, list[dict]] = {}
     for r in todo:
         by_student.setdefault(r["student"], []).append(r)
@@ -131,85 +146,11 @@ def write_review(out: Path, names: list[str] | None = None, db_url: str | None =
 
 
 def export(out: Path, db_url: str | None = None, *, feedback: bool = True, log=print) -> Path:
-    """Re-read the gradebook and rewrite OUT/grades.csv: every graded notebook's score becomes
-    the gradebook's (autograded points plus the manual scores entered since), totals follow, and
-    `manual_pending` lists the answers still waiting. Flagged submissions, their notes and
-    everything else in the file stay as they were. With `feedback`, nbgrader's feedback HTML is
-    regenerated so that students see the manual scores and comments too."""
-    from nbgrader.api import Gradebook, MissingEntry
+    """`tfs-grade export OUT`: after hand grading (or a change of due dates or late policy),
+    rewrite every output from the gradebook (tfsgrade.outputs.write_all); with `feedback`, every
+    student's feedback page too, so that they see the hand scores and comments."""
+    from . import outputs
     out = Path(out).resolve()
-    path = out / "grades.csv"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: grade the class first (tfs-grade grade)")
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        fields = list(reader.fieldnames or [])
-        rows = list(reader)
-    with Gradebook(db_url_of(out, db_url)) as gb:
-        known = {a.name for a in gb.assignments}
-    names = [c for c in fields if c in known]  # the per-notebook score columns
-    waiting: dict[str, list[str]] = {}
-    for r in pending(out, names, db_url):
-        if r["state"] == "pending":
-            waiting.setdefault(r["student"], []).append(f"{r['assignment']}:{r['grade_id']}")
-    with Gradebook(db_url_of(out, db_url)) as gb:
-        max_total = 0.0
-        for a in names:
-            try:
-                max_total += float(gb.find_assignment(a).max_score)
-            except MissingEntry:
-                pass
-        for row in rows:
-            sid = row["student_id"]
-            total = 0.0
-            for a in names:
-                if row.get(a, "") == "":  # flagged: nothing was graded
-                    continue
-                try:
-                    row[a] = f"{float(gb.find_submission(a, sid).score):g}"
-                except MissingEntry:
-                    pass
-                total += float(row[a])
-            row["total"] = f"{total:g}"
-            row["max_total"] = f"{max_total:g}"
-            row[PENDING] = " ".join(waiting.get(sid, []))
-    if PENDING not in fields:
-        fields.append(PENDING)  # new columns go after the ones scripts already read
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
-    from .exports import write_exports  # Canvas / Moodle files follow the new scores
-    with Gradebook(db_url_of(out, db_url)) as gb:
-        maxima = {a: float(gb.find_assignment(a).max_score) for a in names}
-    write_exports(out, rows, maxima, notebooks=names)
-    if feedback:
-        _refresh_feedback(out, names, {r["student_id"] for r in rows}, log)
-    return path
-
-
-def _refresh_feedback(out: Path, names: list[str], students: set, log):
-    import shutil
-
-    from . import judges, sanitise
-    root = course_root(out)
-    for a in names:
-        if not (root / "autograded").exists():
-            return
-        r = course.run_nbgrader(root, ["generate_feedback", a, "--force"], timeout=600)
-        if r.returncode != 0:
-            log(f"  generate_feedback {a} reported problems: {(r.stdout + r.stderr)[-300:]}")
-        for sid in students:
-            src = root / "feedback" / sid / a / f"{a}.html"
-            if src.exists():
-                sanitise.page(src)   # the course's copy too (nbgrader's release_feedback)
-                (out / "feedback" / sid).mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, out / "feedback" / sid / f"{a}.html")
-                judges.sanitise_page(out / "feedback" / sid / f"{a}.html")
-
-
-def after_grading(out: Path, names: list[str], db_url: str | None = None) -> None:
-    """Called once at the end of a grading run: list the answers to review and add the
-    `manual_pending` column to grades.csv."""
-    write_review(out, names, db_url)
-    export(out, db_url, feedback=False)
+    if not (out / "record.json").exists():
+        raise FileNotFoundError(f"{out / 'record.json'} not found: grade the class first (tfs-grade grade)")
+    return outputs.write_all(out, db_url=db_url, feedback="all" if feedback else "none", log=log)["grades"]

@@ -15,7 +15,7 @@ import shutil
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from . import course, sanitise
+from . import course, hand, sanitise, term
 
 
 def _judges():
@@ -41,13 +41,28 @@ class RanInSandbox(NbGraderPreprocessor):
         return cell, resources
 
 
+def term_course(s) -> None:
+    """The term's course directory: made by the first run into OUT and kept by every later one
+    (its gradebook is the record of the term: hand grades, comments, overrides, times). Each run
+    rewrites its nbgrader_config.py and releases the assignments it grades that are new to the
+    course or whose solution notebook changed."""
+    def src(a):
+        p = s.course / "source" / a / f"{a}.ipynb"
+        return p.read_bytes() if p.exists() else None
+    before = {a: src(a) for a in s.names}
+    course.make_course(s.course, list(s.names), db_url=s.db_url, timeout=s.limits.cell_timeout,
+                       executed_elsewhere=True, extra=term.nbgrader_config(term.load(s.out)))
+    todo = [a for a in s.names if before[a] != src(a)
+            or not (s.course / "release" / a / f"{a}.ipynb").exists()]
+    if todo:
+        course.generate(s.course, todo, reuse=True)
+
+
 def fresh_course(s) -> None:
-    """A new course directory for this run (nothing of an earlier run survives in it)."""
+    """Only for tests and benchmarks that want nothing of an earlier run: a new course directory."""
     if s.course.exists():
         shutil.rmtree(s.course)
-    course.make_course(s.course, list(s.names), db_url=s.db_url, timeout=s.limits.cell_timeout,
-                       executed_elsewhere=True)
-    course.generate(s.course, list(s.names), reuse=True)
+    term_course(s)
 
 
 def _notes_from_events(it, nb, s) -> list[str]:
@@ -93,6 +108,7 @@ def _notes_from_events(it, nb, s) -> list[str]:
 def merge(items, s) -> None:
     import nbformat
     from nbgrader.api import Gradebook
+    stage = _stage(s)
     for it in items:
         if it.status != "pending":
             continue
@@ -107,9 +123,11 @@ def merge(items, s) -> None:
         # (tfsgrade.sanitise): nbgrader derives autograded/ and feedback/ from this copy
         nb, notes = sanitise.notebook(nb)
         it.reasons += [f"shown safely: {n}" for n in notes]
-        dst = s.course / "submitted" / it.student / it.assignment / f"{it.assignment}.ipynb"
+        dst = stage / "submitted" / it.student / it.assignment / f"{it.assignment}.ipynb"
         dst.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, dst)
+        if it.submitted_at and it.time_known:     # nbgrader reads it into the submission
+            (dst.parent / "timestamp.txt").write_text(it.submitted_at)
     with Gradebook(s.db_url) as gb:
         for it in items:
             if it.status == "pending":
@@ -117,14 +135,16 @@ def merge(items, s) -> None:
     pending = [it for it in items if it.status == "pending"]
     if pending:
         # one nbgrader process for every notebook of the run (its assignment argument is a glob;
-        # the course directory is fresh, so submitted/ holds exactly this run's pending items):
-        # its start-up (about 3 s) is paid once, not once per notebook
-        r = course.run_nbgrader(s.course, ["autograde", "*", "--force"], timeout=600 + 5 * len(pending))
+        # the staging course holds exactly this run's pending items, and writes the term's
+        # gradebook): its start-up (about 3 s) is paid once, not once per notebook
+        r = course.run_nbgrader(stage, ["autograde", "*", "--force"], timeout=600 + 5 * len(pending))
         if r.returncode != 0:
             s.log(f"  nbgrader autograde reported problems: {(r.stdout + r.stderr)[-800:]}")
     with Gradebook(s.db_url) as gb:
         for judge in _judges():
             judge(items, s, gb)
+        hand.carry(pending, s, stage, gb)   # hand grades kept; answers edited since: flagged
+        _move_in(pending, s, stage)
         max_by_a = {a: float(gb.find_assignment(a).max_score) for a in s.names}
         for it in items:
             if it.status == "pending":
@@ -136,3 +156,27 @@ def merge(items, s) -> None:
                     it.reasons.append("nbgrader's autograde recorded no result")
             if it.assignment in max_by_a:
                 it.max_score = max_by_a[it.assignment]
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+def _stage(s):
+    """A course directory for this run's autograde only (OUT/.autograde): the same assignments
+    and the term's gradebook, and in submitted/ this run's notebooks alone, so that nbgrader
+    rescores nothing else (an earlier run's copies in OUT/course stay as they were graded)."""
+    stage = s.out / ".autograde"
+    shutil.rmtree(stage, ignore_errors=True)
+    course.make_course(stage, list(s.names), db_url=s.db_url, timeout=s.limits.cell_timeout,
+                       executed_elsewhere=True, extra=term.nbgrader_config(term.load(s.out)))
+    return stage
+
+
+def _move_in(pending, s, stage) -> None:
+    """This run's submitted and autograded folders replace the course's (feedback follows)."""
+    for it in pending:
+        for folder in ("submitted", "autograded"):
+            src = stage / folder / it.student / it.assignment
+            dst = s.course / folder / it.student / it.assignment
+            if src.exists():
+                shutil.rmtree(dst, ignore_errors=True)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(src), str(dst))

@@ -15,21 +15,27 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def pass_rates(root: Path, items, names, db_url=None):
-    """{assignment: [(grade_id, points, n_full, n_graded)]} read from the gradebook."""
+    """{assignment: [(grade_id, points, n_full, n_graded, n_waiting)]} read from the gradebook:
+    an answer waiting for a grader counts in n_waiting, not in n_graded (never as a 0)."""
     from nbgrader.api import Gradebook
     out = {}
     with Gradebook(db_url or f"sqlite:///{root / 'gradebook.db'}") as gb:
         for a in names:
             graded = [it for it in items if it.assignment == a and it.status == "graded"]
             nb = gb.find_notebook(a, a)
+            answers = {c.name for c in nb.solution_cells}
             rows = []
             for gc in sorted(nb.grade_cells, key=lambda g: g.name):
-                full = 0
+                full = n = waiting = 0
                 for it in graded:
                     g = gb.find_grade(gc.name, a, a, it.student)
+                    if gc.name in answers and g.manual_score is None and g.needs_manual_grade:
+                        waiting += 1
+                        continue
+                    n += 1
                     if g.score is not None and abs(g.score - gc.max_score) < 1e-9:
                         full += 1
-                rows.append((gc.name, gc.max_score, full, len(graded)))
+                rows.append((gc.name, gc.max_score, full, n, waiting))
             out[a] = rows
     return out
 
@@ -123,7 +129,12 @@ def _diagnosis_lines(diag, names, top=5):
     return md
 
 
-def write_report(out: Path, items, names, root: Path, db_url=None, settings=None):
+def write_report(out: Path, items, names, root: Path, db_url=None, settings=None, marks=None,
+                 run_items=None):
+    """report.md and report.html. `marks`: {(student, notebook): tfsgrade.outputs.Mark} (scores
+    after late penalties, answers waiting for a grader, lateness); `run_items`: the Items of the
+    run that wrote it (its timings), none after `tfs-grade export`."""
+    marks = marks or {}
     rates = pass_rates(root, items, names, db_url)
     students = sorted({it.student for it in items})
     totals = {s: sum(it.score for it in items if it.student == s and it.status == "graded")
@@ -143,22 +154,32 @@ def write_report(out: Path, items, names, root: Path, db_url=None, settings=None
     plt.close(fig)
 
     md = ["# Class report", "", f"Students: {len(students)}; assignments: {', '.join(names)}", ""]
-    md += ["## Scores", "", "| student | " + " | ".join(names) + " | total | status |",
+    md += ["## Scores", "", "Scores after any late penalty; answers waiting for a grader are "
+           "shown apart (\"+ N waiting\"), never as 0.", "",
+           "| student | " + " | ".join(names) + " | total | status |",
            "|---|" + "---|" * len(names) + "---|---|"]
     for s in students:
         mine = {it.assignment: it for it in items if it.student == s}
-        cells = [f"{mine[a].score:g}/{mine[a].max_score:g}" if a in mine and mine[a].status == "graded"
-                 else "flagged" for a in names]
+        cells = [_score_cell(mine[a], marks.get((s, a))) if a in mine and mine[a].status == "graded"
+                 else "flagged" if a in mine else "" for a in names]
         status = "flagged" if any(i.status == "flagged" for i in mine.values()) else "graded"
+        if any(marks.get((s, a)) and marks[(s, a)].waiting for a in names):
+            status += ", waiting for a grader"
         md.append(f"| {s} | " + " | ".join(cells) + f" | {totals[s]:g}/{max_total:g} | {status} |")
     md += ["", "![score histogram](score_histogram.png)", "", "## Pass rate per exercise test", "",
-           "Share of graded submissions with full points on each graded test cell.", ""]
+           "Share of graded submissions with full points on each graded cell; answers waiting "
+           "for a grader are counted apart, not as failures.", ""]
     for a in names:
-        md += [f"### {a}", "", "| test | points | full marks | pass rate |", "|---|---|---|---|"]
-        for gid, pts, full, n in rates[a]:
+        md += [f"### {a}", "", "| test | points | full marks | pass rate | waiting for a grader |",
+               "|---|---|---|---|---|"]
+        for gid, pts, full, n, waiting in rates[a]:
             pct = f"{100 * full / n:.0f}%" if n else "n/a"
-            md.append(f"| {gid} | {pts:g} | {full}/{n} | {pct} |")
+            md.append(f"| {gid} | {pts:g} | {full}/{n} | {pct} | {waiting or ''} |")
         md.append("")
+    late = [(k, m.late) for k, m in sorted(marks.items()) if m.late]
+    md += ["## Late submissions", ""]
+    md += [f"- **{st} / {a}**: {why}" for (st, a), why in late] or ["None."]
+    md.append("")
     md += _diagnosis_lines(class_diagnoses(root, items, names), names)
     review = [(it, f) for it in items for f in getattr(it, "flags", [])]
     md += ["## For review: scan findings and similar work", "",
@@ -173,8 +194,8 @@ def write_report(out: Path, items, names, root: Path, db_url=None, settings=None
         md += [f"- **{it.student} / {it.assignment}** ({it.status}): {r}" for it, r in flagged]
     else:
         md.append("None.")
-    if settings is not None:
-        md += ["", *run_section(items, settings)]
+    if settings is not None and run_items:
+        md += ["", *run_section(run_items, settings)]
     text = "\n".join(md) + "\n"
     (out / "report.md").write_text(text)
 
@@ -216,6 +237,15 @@ def write_report(out: Path, items, names, root: Path, db_url=None, settings=None
     (out / "report.html").write_text(
         "<!doctype html><html><head><meta charset='utf-8'><title>Class report</title></head><body>"
         + "\n".join(page) + "</body></html>\n")
+
+
+def _score_cell(it, m) -> str:
+    text = f"{it.score:g}/{it.max_score:g}"
+    if m is not None and m.waiting:
+        text += f" + {sum(p for _, p in m.waiting):g} waiting"
+    if m is not None and m.penalty:
+        text += f" (late -{m.penalty:g})"
+    return text
 
 
 def run_section(items, s) -> list[str]:

@@ -15,16 +15,24 @@ and is at least `min_overlap` filtered characters long (80 by default): one-line
 (`make_padding_mask`) are written the same way by every honest student, so they never count.
 These are signals for a human, never a grade.
 
+The instructor's side of each exercise is the course solution cell AND every definition of the
+same name in the reference package (helpers/tfscratch/reference/*.py, generated from the
+solution cells): a student who pastes the reference's code is caught even where the reference
+holds a later notebook's version (01's scaled_dot_product_attention is 02's there). Each
+submission keeps only its best match among them, so one copied cell gives one flag.
+
 Entry points:
     solution_cells(nb, exercises) -> {exercise: code}
-    compare_class(submissions, assignment, *, source=None, released=None, threshold=0.9,
-                  min_overlap=80) -> list[Pair]
+    reference_sources() -> {name: [(label, code)]}
+    compare_class(submissions, assignment, *, source=None, released=None, reference=None,
+                  threshold=0.9, min_overlap=80) -> list[Pair]
     cell_similarity(a, b, stub="") -> (score, overlap, spans_a, spans_b)
     render_html(pairs, title="Similar solution cells") -> str   (an escaped HTML section)
 """
 from __future__ import annotations
 
 import ast
+import functools
 import html
 import io
 import itertools
@@ -36,6 +44,7 @@ from typing import Mapping
 import numpy as np
 
 COURSE = "course solution"
+REFERENCE = "reference source"   # labels read "reference source (tfscratch/reference/masks.py)"
 K = 20          # copydetect noise threshold: shared runs shorter than this are ignored
 WIN = 1         # winnowing window (guarantee threshold K + WIN - 1)
 PREFILTER = 0.5  # pairs sharing fewer fingerprints than this fraction are not compared in full
@@ -142,16 +151,93 @@ def _course_nb(name: str, folder: str):
     return nbformat.read(p, as_version=4) if p.exists() else None
 
 
+def _reference_dir() -> Path | None:
+    """helpers/tfscratch/reference, found without importing tfscratch (no torch at import)."""
+    import importlib.util
+    spec = importlib.util.find_spec("tfscratch")
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(loc) / "reference").is_dir():
+            return Path(loc) / "reference"
+    return None
+
+
+@functools.lru_cache(maxsize=4)
+def _reference_of(folder: str) -> dict[str, list[tuple[str, str]]]:
+    out: dict[str, list[tuple[str, str]]] = {}
+    for path in sorted(Path(folder).glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                label = f"{REFERENCE} (tfscratch/reference/{path.name})"
+                out.setdefault(node.name, []).append((label, ast.get_source_segment(text, node)))
+    return out
+
+
+def reference_sources(folder=None) -> dict[str, list[tuple[str, str]]]:
+    """name -> [(label, code)]: every top-level def/class of the reference package's modules."""
+    folder = folder or _reference_dir()
+    return _reference_of(str(folder)) if folder else {}
+
+
+def _pair(assignment, ex, left, right, min_overlap):
+    """The Pair of two (name, (code, fingerprint)) entries, or None under the overlap floor
+    (the caller checks the threshold)."""
+    (ln, (lc, lf)), (rn, (rc, rf)) = left, right
+    # cheap pre-filter: a pair over the threshold shares most of its fingerprints
+    shared = len(lf.hashes & rf.hashes)
+    if not shared or shared < PREFILTER * min(len(lf.hashes), len(rf.hashes)):
+        return None
+    score, overlap, ls, rs = _compare(lf, rf)
+    if overlap < min_overlap:
+        return None
+    return Pair(assignment, ex, ln, rn, score, overlap, normalise(lc), normalise(rc), ls, rs)
+
+
+def _attempts(cells, ex, stub, bp) -> dict:
+    """sid -> (code, fingerprint) of every submission that changed the exercise's stub."""
+    stub_fp = _fingerprint(stub, bp) if stub is not None else None
+    prints = {}
+    for sid, cs in cells.items():
+        code = cs.get(ex)
+        if code is None or (stub is not None and code.strip() == stub.strip()):
+            continue  # not attempted
+        fp = _fingerprint(code, bp)
+        if stub_fp is not None and len(fp.hashes) == 0:
+            continue
+        prints[sid] = (code, fp)
+    return prints
+
+
+def _instructor(ex, course, reference, bp) -> list:
+    """The instructor's versions of an exercise, course solution first (it wins ties), then
+    the reference's definitions that are not the same code."""
+    found = [(COURSE, course[ex])] if ex in course else []
+    seen = {normalise(code) for _, code in found}
+    for label, code in reference.get(ex, []):
+        if normalise(code) not in seen:
+            seen.add(normalise(code))
+            found.append((label, code))
+    return [(label, (code, _fingerprint(code, bp))) for label, code in found]
+
+
 def compare_class(submissions: Mapping[str, object], assignment: str, *, source=None,
-                  released=None, threshold: float = 0.9, min_overlap: int = 80) -> list[Pair]:
-    """Every submission's solution cells against the course's solution (`source`, default
-    solutions/<assignment>.ipynb) and against every other submission's same cell.
+                  released=None, reference=None, threshold: float = 0.9,
+                  min_overlap: int = 80) -> list[Pair]:
+    """Every submission's solution cells against the instructor's (the course solution,
+    `source`, default solutions/<assignment>.ipynb, and the reference package's definition
+    of the same name, `reference` as reference_sources() gives) and against every other
+    submission's same cell.
 
     `submissions` maps a student id to the notebook (NotebookNode) they handed in; `released`
     is the student notebook (its stubs are boilerplate). Returns the pairs at or over
-    `threshold`, most similar first."""
+    `threshold`, most similar first; against the instructor, each submission's best only."""
     source = source if source is not None else _course_nb(assignment, "solutions")
     released = released if released is not None else _course_nb(assignment, "notebooks")
+    reference = reference if reference is not None else reference_sources()
     stubs = solution_cells(released) if released is not None else {}
     course = solution_cells(source) if source is not None else {}
     exercises = list(stubs or course)
@@ -159,34 +245,24 @@ def compare_class(submissions: Mapping[str, object], assignment: str, *, source=
     pairs: list[Pair] = []
     for ex in exercises:
         bp = _boilerplate(stubs.get(ex, ""))
-        stub_fp = _fingerprint(stubs[ex], bp) if ex in stubs else None
-        prints = {}
-        for sid, cs in cells.items():
-            code = cs.get(ex)
-            if code is None or (ex in stubs and code.strip() == stubs[ex].strip()):
-                continue  # not attempted
-            fp = _fingerprint(code, bp)
-            if stub_fp is not None and len(fp.hashes) == 0:
-                continue
-            prints[sid] = (code, fp)
-        others = list(prints.items())
-        if ex in course:
-            ref = (COURSE, (course[ex], _fingerprint(course[ex], bp)))
-            candidates = [(ref, item) for item in others]
-        else:
-            candidates = []
-        candidates += list(itertools.combinations(others, 2))
-        for (ln, (lc, lf)), (rn, (rc, rf)) in candidates:
-            # cheap pre-filter: a pair over the threshold shares most of its fingerprints
-            shared = len(lf.hashes & rf.hashes)
-            if shared < PREFILTER * min(len(lf.hashes), len(rf.hashes)) or not shared:
-                continue
-            score, overlap, ls, rs = _compare(lf, rf)
-            if score >= threshold and overlap >= min_overlap:
-                pairs.append(Pair(assignment, ex, ln, rn, score, overlap, normalise(lc), normalise(rc),
-                                  ls, rs))
+        others = list(_attempts(cells, ex, stubs.get(ex), bp).items())
+        teachers = _instructor(ex, course, reference, bp)
+        for item in others:
+            found = [p for t in teachers if (p := _pair(assignment, ex, t, item, min_overlap))]
+            best = max(found, key=lambda p: p.similarity, default=None)  # first wins ties
+            if best is not None and best.similarity >= threshold:
+                pairs.append(best)
+        for left, right in itertools.combinations(others, 2):
+            p = _pair(assignment, ex, left, right, min_overlap)
+            if p is not None and p.similarity >= threshold:
+                pairs.append(p)
     pairs.sort(key=lambda p: (-p.similarity, p.assignment, p.exercise, p.left, p.right))
     return pairs
+
+
+def is_instructor(name: str) -> bool:
+    """True for the instructor's side of a pair (course solution or reference source)."""
+    return name == COURSE or name.startswith(REFERENCE)
 
 
 def _highlight(code: str, spans) -> str:
