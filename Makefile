@@ -14,7 +14,7 @@ PORT   ?= 8888
 STAMP  := $(VENV)/.installed-stamp
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: lab test test-fast install release check grade bench bench-grade course clean help
+.PHONY: lab test test-fast install release check grade formgrader bench bench-grade course clean help
 
 help:
 	@sed -n '1,9p' Makefile
@@ -51,11 +51,20 @@ check: $(STAMP)
 	$(BIN)/tfs-grade check
 
 # make grade SUBMISSIONS=path/to/folder-or.zip [OUT=grading] [ROSTER=roster.csv]
-#            [ID_FIELD="SIS User ID"] [LAYOUT=canvas|moodle|nbgrader|folders]
+#            [ID_FIELD="SIS User ID"] [LAYOUT=canvas|moodle|nbgrader|folders] [TERM=term.toml]
+#            [DUE="2026-10-02 23:59 Europe/Berlin"]
+# The sandbox (bubblewrap) is installed first where apt-get can; otherwise grading stops and
+# says what to install.
 grade: $(STAMP)
+	$(PY) tools/ensure_sandbox.py || true
 	$(BIN)/tfs-grade grade "$(SUBMISSIONS)" --out "$(or $(OUT),grading)" \
 		$(if $(ROSTER),--roster "$(ROSTER)",) $(if $(ID_FIELD),--id-field "$(ID_FIELD)",) \
-		$(if $(LAYOUT),--layout $(LAYOUT),)
+		$(if $(LAYOUT),--layout $(LAYOUT),) $(if $(TERM),--term "$(TERM)",) \
+		$(if $(DUE),--due "$(DUE)",)
+
+# make formgrader [OUT=grading] [FG_PORT=8890]: grade free-text answers by hand (prints the address)
+formgrader: $(STAMP)
+	$(BIN)/tfs-grade formgrader "$(or $(OUT),grading)" --port $(or $(FG_PORT),8890)
 
 course: $(STAMP)
 	$(BIN)/tfs-grade course $(or $(DIR),instructor)

@@ -1,4 +1,4 @@
-"""nbgrader course directories: made fresh for each release or grading run.
+"""nbgrader course directories: made fresh for each release, kept for a term of grading runs.
 
 We drive nbgrader's own apps (generate_assignment, autograde, generate_feedback, export) and
 read its gradebook; this module only lays out the folders nbgrader expects and runs it.
@@ -12,7 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+# The course repository (solutions/, notebooks/, the nbgrader config): this source tree, or, for
+# an installed wheel (a worker image, a grading machine), the folder TFS_COURSE names.
+REPO = Path(os.environ.get("TFS_COURSE") or Path(__file__).resolve().parents[2]).resolve()
 SOLUTIONS = REPO / "solutions"
 NOTEBOOKS = REPO / "notebooks"
 SOURCES = SOLUTIONS / "src"
@@ -23,6 +25,9 @@ REFERENCE = REPO / "helpers" / "tfscratch" / "reference"
 def assignments() -> list[str]:
     """Assignment ids: one per notebook source, named after it (the course manifest)."""
     from . import manifest
+    if not SOURCES.is_dir():
+        raise SystemExit(f"no course sources in {SOURCES}: run tfs-grade from the course repository, "
+                         "or set TFS_COURSE to it (an installed wheel holds the code, not the course)")
     return manifest.load().names()
 
 

@@ -19,7 +19,9 @@ Three steps, each a pure function on a notebook or a page:
   survives while nbgrader's layout (panels, anchors, classes, highlighted code, data: images)
   does.
 
-clean_feedback_notebook(nb, source, ...) runs the notebook steps in order.
+clean_feedback_notebook(nb, source, ..., verdicts=...) runs the notebook steps in order; with
+the coordinator's verdicts, each judged test cell shows the grade's verdict alone
+(add_verdicts: one verdict, one "What differs" block per cell).
 """
 from __future__ import annotations
 
@@ -278,8 +280,12 @@ def sanitise_html(page: str) -> str:
 
 
 def add_verdicts(nb, verdicts: dict | None):
-    """Beside each graded test cell's own output, the independent check's verdict (what
-    counted): {grade_id: (passed, message)} from the coordinator."""
+    """One verdict per graded test cell: the grade's (issue 29, point 11). Where the
+    coordinator judged a cell ({grade_id: (passed, message)}), that verdict, which decides the
+    score, replaces everything the notebook's own check left there: the in-kernel check ran on
+    the public inputs and may show other expected values for the same label, and two "What
+    differs" blocks for one cell leave the student to guess which counted. A failure stays an
+    error output (the cell still reads as failed), with the message once."""
     if not verdicts:
         return nb
     nb = copy.deepcopy(nb)
@@ -288,15 +294,23 @@ def add_verdicts(nb, verdicts: dict | None):
         if c.cell_type != "code" or gid not in verdicts:
             continue
         passed, message = verdicts[gid]
-        text = ("\u2714 graded by the independent check: passed\n" if passed else
-                f"\u2718 graded by the independent check: failed: {message[:2000]}\n")
-        c.outputs = list(c.get("outputs", [])) + [_stream(text)]
+        c.outputs = [_verdict_output(gid, passed, str(message)[:2000])]
     return nb
+
+
+def _verdict_output(gid: str, passed: bool, message: str):
+    import nbformat
+    if passed:
+        return _stream(f"\u2714 {gid}: graded by the independent check: passed\n")
+    return nbformat.v4.new_output(
+        "error", ename="CheckFailed", evalue=message,
+        traceback=[f"\u2718 {gid}: graded by the independent check: failed\n{message}"])
 
 
 def clean_feedback_notebook(nb, source=None, *, reveal_hidden: bool = False,
                             limit: int = LIMIT, verdicts: dict | None = None):
-    """hide_hidden_tests, truncate_outputs, add_verdicts and sanitise_notebook, in that order."""
+    """hide_hidden_tests, truncate_outputs, add_verdicts (the grade's verdict, alone, in each
+    judged test cell) and sanitise_notebook, in that order."""
     nb = hide_hidden_tests(nb, source, reveal_hidden=reveal_hidden)
     nb = truncate_outputs(nb, limit=limit)
     nb = add_verdicts(nb, verdicts)

@@ -9,8 +9,11 @@ feedback page. This module plugs the pure modules in:
   for review, so the formgrader lists it and an instructor's manual score overrides it, and a
   regrade of clean work restores the points); anything uncertain is flagged for review.
   Both go into the item's notes and `flags` (grades.csv, the report).
-- `similarity_judge`: copying signals (tfsgrade.similarity): pairs of solution cells over the
-  threshold, written to OUT/similarity.html and listed in the report.
+- `similarity_judge`: copying signals (tfsgrade.similarity, tfsgrade.copying): pairs of
+  solution cells over the threshold, cells equal to the course's solution or the reference
+  package's source, the instructor's solution notebook handed in (markers, model answers), and
+  free-text answers equal to a classmate's or the model answer; written to OUT/similarity.html
+  and listed in the report. Flags only: they never change a score.
 - `clean_autograded`: before nbgrader writes feedback, the autograded notebooks lose hidden
   tests' code and inputs (unless --reveal-hidden), over-long outputs and active content.
 - `sanitise_page`: each feedback page is sanitised so nothing a student printed runs in the

@@ -436,6 +436,8 @@ def match_by_grade_ids(raw: bytes, known: dict[str, set]) -> str | None:
     if not ids:
         return None
     scored = sorted(((len(ids & g), a) for a, g in known.items()), reverse=True)
+    if not scored:
+        return None
     best, a = scored[0]
     if best < 3 or best * 2 <= len(ids) or (len(scored) > 1 and scored[1][0] == best):
         return None

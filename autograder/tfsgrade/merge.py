@@ -1,12 +1,13 @@
 """Stage 3, judge and merge: the coordinator alone writes the gradebook.
 
-The executed notebooks (from the sandboxed tasks) go into this run's fresh course
-directory, and nbgrader's autograde scores them with its own preprocessors (locked cells
+The executed notebooks (from the sandboxed tasks) go into a staging course that holds this
+run's notebooks only and writes the term's gradebook, and nbgrader's autograde scores them with its own preprocessors (locked cells
 restored from the gradebook, SaveAutoGrades) but without executing anything: the course's
 nbgrader_config swaps Execute for RanInSandbox, which only accepts outputs that the sandbox
 produced for exactly this cell text. Then the judges run: functions that may lower or
 flag what nbgrader scored (JUDGES; the static scan, similarity and the coordinator's own
-verdict plug in there) through nbgrader's Gradebook API.
+verdict plug in there) through nbgrader's Gradebook API; hand grades are carried over
+(tfsgrade.hand) and this run's folders move into the term's course directory (OUT/course).
 """
 from __future__ import annotations
 

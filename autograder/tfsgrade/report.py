@@ -184,8 +184,10 @@ def write_report(out: Path, items, names, root: Path, db_url=None, settings=None
     review = [(it, f) for it in items for f in getattr(it, "flags", [])]
     md += ["## For review: scan findings and similar work", "",
            "The static scan of every submission (a certain shortcut already scored 0; the rest "
-           "is for you to judge) and solution cells too similar to the course's or a "
-           "classmate's (both cells side by side in similarity.html).", ""]
+           "is for you to judge), solution cells too similar to the course's, the reference's "
+           "or a classmate's, the instructor's solution notebook handed in, free-text answers "
+           "equal to the model answer or a classmate's (side by side in similarity.html), and "
+           "answers changed since you graded them by hand.", ""]
     md += [f"- **{it.student} / {it.assignment}**: {f}" for it, f in review] or ["None."]
     md.append("")
     flagged = [(it, r) for it in items for r in it.reasons]

@@ -130,8 +130,14 @@ def package_files(src: Path, closed: list[str]) -> list[tuple[Path, Path]]:
     return files
 
 
+def _site_dirs() -> list[str]:
+    """Installed-package folders on sys.path outside the interpreter's prefix (a venv that
+    borrows another's packages through a .pth file): the kernel imports torch from there."""
+    return [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
+
+
 def _ro_paths() -> list[str]:
-    paths = ["/usr", "/etc", sys.base_prefix, sys.prefix, *_package_dirs()]
+    paths = ["/usr", "/etc", sys.base_prefix, sys.prefix, *_site_dirs(), *_package_dirs()]
     out = []
     for p in paths:
         p = str(Path(p).resolve())

@@ -26,7 +26,7 @@ class Limits:
 @dataclass(frozen=True)
 class Settings:
     out: Path
-    course: Path                   # OUT/course: made fresh every run
+    course: Path                   # OUT/course: the term's, kept from run to run
     tasks: Path                    # OUT/tasks: per-task results (the resume cache)
     db_url: str                    # the gradebook; SQLite in OUT/course by default
     names: tuple = ()              # assignments to grade (decided after intake)
