@@ -121,8 +121,10 @@ def test_the_independent_check_decides_what_a_tampered_kernel_passed(graded):
     assert float(rows["leo"][A01]) == full - pts["test_softmax_stable"] - pts["test_softmax_random"], rows["leo"]
     assert "results differ between the notebook and the independent check" in rows["leo"]["flags"]
     assert "test_softmax_stable" in rows["leo"]["flags"]
-    # ivy's attention calls her softmax, so it is wrong too: every cell fails the check
-    assert float(rows["ivy"][A01]) == 0, rows["ivy"]
+    # ivy's attention calls her softmax, so it is wrong too: every cell that promises values
+    # fails the check; the cells that promise shapes and batch axes (right in her code) pass
+    kept = pts["test_scaled_dot_product_attention_shapes"] + pts["test_scaled_dot_product_attention_batch_axes"]
+    assert float(rows["ivy"][A01]) == kept, rows["ivy"]
     assert "results differ" in rows["ivy"]["flags"] and "test_softmax_rows" in rows["ivy"]["flags"]
     page = (out / "feedback" / "ivy" / f"{A01}.html").read_text()
     assert "graded by the independent check: failed" in page

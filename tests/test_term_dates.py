@@ -92,3 +92,13 @@ def test_feedback_page_says_waiting_and_late():
     assert "Score: 1.0 / 1.0" in page                                 # a graded answer stays
     assert "1 answer(s) (1 point(s)) waiting for a grader" in page
     assert "Submitted 1.2 day(s) late" in page
+
+
+def test_one_writer_at_a_time(tmp_path):
+    from tfsgrade import record
+    with record.writing(tmp_path):
+        with pytest.raises(SystemExit, match="another tfs-grade run"):
+            with record.writing(tmp_path):
+                pass
+    with record.writing(tmp_path):      # released: the next run goes ahead
+        pass

@@ -32,12 +32,13 @@ def grade(submissions: Path, out: Path, *, names: list[str] | None = None, term_
     """`term_options`: due dates, extensions and the late policy (tfsgrade.term.configure's
     keywords), kept in OUT for later runs."""
     s = Settings.build(out, names=names, **options)
-    try:
-        term.configure(s.out, **(term_options or {}))
-    except (ValueError, OSError) as e:
-        raise SystemExit(f"cannot grade: {e}") from None
     _require_sandbox(s)
-    with tempfile.TemporaryDirectory(prefix="tfs-grade-") as work, run.workers(s):
+    with record.writing(s.out), tempfile.TemporaryDirectory(prefix="tfs-grade-") as work, \
+            run.workers(s):
+        try:
+            term.configure(s.out, **(term_options or {}))
+        except (ValueError, OSError) as e:
+            raise SystemExit(f"cannot grade: {e}") from None
         root_in = intake.unpack(Path(submissions), Path(work))
         got = intake.prepare(root_in, Path(work), out=s.out, roster=s.roster, layout=s.layout,
                              from_zip=Path(submissions).is_file(), id_fields=s.id_fields, log=s.log)

@@ -149,8 +149,9 @@ def export(out: Path, db_url: str | None = None, *, feedback: bool = True, log=p
     """`tfs-grade export OUT`: after hand grading (or a change of due dates or late policy),
     rewrite every output from the gradebook (tfsgrade.outputs.write_all); with `feedback`, every
     student's feedback page too, so that they see the hand scores and comments."""
-    from . import outputs
+    from . import outputs, record
     out = Path(out).resolve()
     if not (out / "record.json").exists():
         raise FileNotFoundError(f"{out / 'record.json'} not found: grade the class first (tfs-grade grade)")
-    return outputs.write_all(out, db_url=db_url, feedback="all" if feedback else "none", log=log)["grades"]
+    with record.writing(out):
+        return outputs.write_all(out, db_url=db_url, feedback="all" if feedback else "none", log=log)["grades"]

@@ -10,6 +10,8 @@ Nothing a submission wrote is kept: only what the coordinator decided about it.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -19,6 +21,23 @@ from .intake import Item
 RECORD_FILE = "record.json"
 FIELDS = ("status", "reasons", "flags", "submitted_at", "submitted_from", "lms_late", "origin",
           "time_known", "answer_changed", "graded_at")
+
+
+@contextlib.contextmanager
+def writing(out: Path):
+    """One writer at a time for a grading folder (a run, an export): a second one stops with a
+    clear message instead of interleaving its gradebook and record writes with the first."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    with open(Path(out) / ".lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(f"another tfs-grade run or export is writing {out}: wait for it "
+                             "to finish") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _key(student: str, assignment: str) -> str:

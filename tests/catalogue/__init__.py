@@ -240,10 +240,17 @@ def namespace(assignment: str, exercise: str | None = None, code: str | None = N
 def independent(assignment: str, exercise: str, code: str | None = None, seed: int = SPEC_SEED):
     """{grade_id: Verdict} of the coordinator's judgement of one exercise, run in-process
     (the grader runs the same plan in the sandbox and the same judgement outside it)."""
+    return independent_run(assignment, exercise, code, seed)[2]
+
+
+def independent_run(assignment: str, exercise: str, code: str | None = None, seed: int = SPEC_SEED):
+    """(got, want, verdicts): the student's and the reference's captures on the coordinator's
+    probes, and its judgement (tests/test_fair_credit.py reads the captures)."""
     from tfscratch.specs import engine
     ex = next(e for e in engine.specs_for(assignment) if e.name == exercise)
     ns = namespace(assignment, exercise, code)
-    return engine.judge(ex, seed, engine.student_run(ex, seed, ns))
+    got, want = engine.student_run(ex, seed, ns), engine.reference_run(ex, seed)
+    return got, want, engine.judge(ex, seed, got, want)
 
 
 def shortcut_certain(assignment: str, exercise: str, code: str) -> bool:

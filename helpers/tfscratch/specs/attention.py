@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 
-from .engine import Exercise, Probe, call, given, like, randn, when
+from .engine import Exercise, Probe, batch, call, given, like, part, randn, shapes, when
 
 
 def _rows_apart(g):
@@ -94,6 +94,8 @@ ATTENTION_DIAGNOSES = [
 ]
 
 
+_QKV4 = (randn(2, 3, 5, 8), randn(2, 3, 6, 8), randn(2, 3, 6, 2))   # two batch axes
+
 EXERCISES = [
     Exercise("softmax", ref="attention.softmax", shortcuts=("softmax",),
              diagnose=SOFTMAX_DIAGNOSES, probes=[
@@ -117,7 +119,7 @@ EXERCISES = [
     ]),
     Exercise("scaled_dot_product_attention", ref="masks.scaled_dot_product_attention",
              shortcuts=("attention",), diagnose=ATTENTION_DIAGNOSES, probes=[
-        Probe("shapes", ("test_scaled_dot_product_attention_shapes",
+        Probe("shapes", (shapes("test_scaled_dot_product_attention_shapes"),
                          "test_scaled_dot_product_attention_random"),
               [call(randn(3, 4, 8), randn(3, 7, 8), randn(3, 7, 5))],
               what="Lq=4, Lk=7, d_k=8, d_v=5"),
@@ -126,10 +128,10 @@ EXERCISES = [
                           "test_scaled_dot_product_attention_random"),
               [call(randn(2, 6, 32, scale=2.0), randn(2, 9, 32), randn(2, 9, 3))],
               what="d_k=32 with large scores"),
-        Probe("batch axes", ("test_scaled_dot_product_attention_batch_axes",),
+        Probe("batch axes", (batch("test_scaled_dot_product_attention_batch_axes"),),
               [call(randn(5, 16), randn(11, 16), randn(11, 4)),
-               call(randn(2, 3, 5, 8), randn(2, 3, 6, 8), randn(2, 3, 6, 2))],
-              what="no batch axis, and two batch axes"),
+               call(*_QKV4), call(*(part(t, 1, 2) for t in _QKV4))],
+              what="no batch axis, two batch axes, and one element of that batch on its own"),
         Probe("gradient", ("test_scaled_dot_product_attention_output",),
               [call(randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 6), grad=(0, 1, 2),
                     backward=randn(2, 3, 6), backward_of="0")],

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .engine import (ATOL, RTOL, Exercise, Probe, _compare_key, call, ctor, given, like, randn,
-                     when)
+                     shapes, when)
 
 
 # -- inputs ---------------------------------------------------------------------------------
@@ -523,7 +523,7 @@ def _params(make, cell, what, n_layers=None):
     """The module as constructed (no parameters loaded, no call): its parameter names and
     shapes, and for a stack what `layers` holds, for the structural diagnoses."""
     after = () if n_layers is None else ("layers", *(f"layers.{i}" for i in range(n_layers)))
-    return Probe(f"parameters{'' if n_layers is None else f' {n_layers}'}", (cell,), [],
+    return Probe(f"parameters{'' if n_layers is None else f' {n_layers}'}", (shapes(cell),), [],
                  make=make, params=True, after=after,
                  what=f"{what}: its parameters' names and shapes")
 _STACK_ATOL = 2e-5   # several layers deep (the checks' tolerance too)
@@ -599,7 +599,7 @@ EXERCISES = [
     Exercise("FeedForward", ref="blocks.FeedForward", shortcuts=_SC, diagnose=FF_DIAGNOSES,
              probes=[
         _params(ctor(8, 20), "test_FeedForward_structure", "FeedForward(8, 20)"),
-        Probe("structure", ("test_FeedForward_structure",), [call(_x(2, 5, 8))],
+        Probe("structure", (shapes("test_FeedForward_structure"),), [call(_x(2, 5, 8))],
               make=ctor(8, 20), load=_REF, params=True,
               what="FeedForward(8, 20): linear1, linear2 with biases, on x (2, 5, 8)"),
         Probe("values", ("test_FeedForward_values",),
@@ -625,7 +625,7 @@ EXERCISES = [
     Exercise("EncoderLayer", ref="blocks.EncoderLayer", shortcuts=_SC,
              diagnose=ENC_LAYER_DIAGNOSES, probes=[
         _params(ctor(16, 4, 40), "test_EncoderLayer_structure", "EncoderLayer(16, 4, 40)"),
-        Probe("structure", ("test_EncoderLayer_structure",), [call(_x(2, 5, 16))],
+        Probe("structure", (shapes("test_EncoderLayer_structure"),), [call(_x(2, 5, 16))],
               make=ctor(16, 4, 40), load=_REF, params=True, mode="eval",
               what="EncoderLayer(16, 4, 40): self_attn, ff, norm1, norm2, on x (2, 5, 16)"),
         _enc_matches(False, 3, 9, 24, 6, 40, "large"),
@@ -653,7 +653,7 @@ EXERCISES = [
     Exercise("DecoderLayer", ref="blocks.DecoderLayer", shortcuts=_SC,
              diagnose=DEC_LAYER_DIAGNOSES, probes=[
         _params(ctor(16, 4, 40), "test_DecoderLayer_structure", "DecoderLayer(16, 4, 40)"),
-        Probe("structure", ("test_DecoderLayer_structure",), [call(_x(2, 5, 16), _x(2, 7, 16))],
+        Probe("structure", (shapes("test_DecoderLayer_structure"),), [call(_x(2, 5, 16), _x(2, 7, 16))],
               make=ctor(16, 4, 40), load=_REF, params=True, mode="eval",
               what="DecoderLayer(16, 4, 40): self_attn, cross_attn, ff, norm1..3, on x (2, 5, 16) "
                    "and memory (2, 7, 16)"),
@@ -691,7 +691,7 @@ EXERCISES = [
     Exercise("Encoder", ref="blocks.Encoder", shortcuts=_SC, diagnose=ENC_DIAGNOSES, probes=[
         *[_params(ctor(n, 16, 4, 32), "test_Encoder_structure", f"Encoder({n}, 16, 4, 32)", n)
           for n in (3, 1)],
-        *[Probe(f"structure {n}", ("test_Encoder_structure",), [call(_x(2, 5, 16))],
+        *[Probe(f"structure {n}", (shapes("test_Encoder_structure"),), [call(_x(2, 5, 16))],
                 make=ctor(n, 16, 4, 32), load=_REF, params=True, mode="eval", atol=_STACK_ATOL,
                 what=f"Encoder({n}, 16, 4, 32): n_layers distinct layers in an nn.ModuleList "
                      "and a final norm")
@@ -716,7 +716,7 @@ EXERCISES = [
     Exercise("Decoder", ref="blocks.Decoder", shortcuts=_SC, diagnose=DEC_DIAGNOSES, probes=[
         *[_params(ctor(n, 16, 4, 32), "test_Decoder_structure", f"Decoder({n}, 16, 4, 32)", n)
           for n in (3, 1)],
-        *[Probe(f"structure {n}", ("test_Decoder_structure",), [call(_x(2, 5, 16), _x(2, 7, 16))],
+        *[Probe(f"structure {n}", (shapes("test_Decoder_structure"),), [call(_x(2, 5, 16), _x(2, 7, 16))],
                 make=ctor(n, 16, 4, 32), load=_REF, params=True, mode="eval", atol=_STACK_ATOL,
                 what=f"Decoder({n}, 16, 4, 32): n_layers distinct layers in an nn.ModuleList "
                      "and a final norm")

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from . import engine, vm
 from .engine import (Diagnosis, Exercise, Probe, call, ctor, fixture, given, like, prev, randint,
-                     randn, when)
+                     randn, shapes, when)
 from .transformer import _Seeded
 
 ASSIGNMENT = "08_decoder_only"
@@ -479,7 +479,7 @@ ATTENTION_DIAGNOSES = [
 CAUSAL_SELF_ATTENTION = Exercise("CausalSelfAttention", ref="decoder_only.CausalSelfAttention",
                                  shortcuts=("attention", "multihead"),
                                  diagnose=ATTENTION_DIAGNOSES, probes=[
-    _attn("shapes", 12, 3, _chunks(2, 12, (5, 2)), (f"{A}_shapes",),
+    _attn("shapes", 12, 3, _chunks(2, 12, (5, 2)), (shapes(f"{A}_shapes"),),
           "shapes: 5 tokens, then 2 more with the cache (3 heads of size 4)", params=True),
     _attn("torch 1", 16, 4, [call(randn(2, 6, 16))], (f"{A}_matches_torch",),
           "no cache: (2, 6, 16), 4 heads"),
@@ -625,11 +625,11 @@ LM_DIAGNOSES = [
 DECODER_ONLY_LM = Exercise("DecoderOnlyLM", ref="decoder_only.DecoderOnlyLM",
                            shortcuts=("attention", "multihead", "transformer"),
                            diagnose=LM_DIAGNOSES, probes=[
-    _model((f"{M}_shapes",), "shapes", 13, 16, 4, 2, 32,
+    _model((shapes(f"{M}_shapes"),), "shapes", 13, 16, 4, 2, 32,
            [call(randint(0, 13, 2, 7)), call(randint(0, 13, 2, 7), use_cache=True)],
            "logits (2, 7, 13), then (logits, cache) with use_cache=True; the parameters (every "
            "layer, each LayerNorm and lm_head with their own weights)", params=True),
-    _model((f"{M}_shapes", f"{M}_causal"), "three layers", 9, 8, 2, 3, 16,
+    _model((shapes(f"{M}_shapes"), f"{M}_causal"), "three layers", 9, 8, 2, 3, 16,
            [call(randint(0, 9, 3, 5))],
            "three layers: the parameters of every block are its own", params=True),
     _model((f"{M}_causal",), "causal", 11, 16, 2, 2, 32,

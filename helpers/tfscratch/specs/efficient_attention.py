@@ -21,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from .engine import Exercise, Probe, call, given, like, randn, when
+from .engine import Exercise, Probe, call, given, like, memory, randn, when
 
 
 # -- inputs -----------------------------------------------------------------------------------
@@ -391,12 +391,12 @@ EXERCISES = [
                _flash((), 19, 19, 4, 4, 19, True)],
               compare=_keep_dtype,
               what="causal=True with block sizes 8, 5, 1, 6 and the whole length"),
-        Probe("memory", ("test_flash_attention_memory",),
+        Probe("memory", (memory("test_flash_attention_memory"),),
               [_flash(b, Lq, Lk, d, dv, bs, c, scale=1.0, shapes=True)
                for b, Lq, Lk, d, dv, bs, c in _MEMORY],
               compare=_no_full_matrix(_cases(_MEMORY)),
               what="every tensor created, causal and not, block_size < Lk"),
-        Probe("whole process", ("test_flash_attention_memory", "test_flash_attention_random"),
+        Probe("whole process", (memory("test_flash_attention_memory"), "test_flash_attention_random"),
               [call(_coarse(_BIG, 8), _coarse(256, 8), _coarse(256, 2), block_size=_BIG_BLOCK,
                     causal=False),
                call(_coarse(_BIG, 8), _coarse(_BIG, 8), _coarse(_BIG, 2), block_size=_BIG_BLOCK,

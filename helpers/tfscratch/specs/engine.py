@@ -26,6 +26,14 @@ A spec module (`tfscratch/specs/<module>.py`) lists `EXERCISES`:
   attention weights kept for plotting);
 - `cells=` names the graded test cells the probe backs: a cell scores its points when every
   probe that backs it passes. Every graded cell of a notebook with a spec is backed.
+  A cell judges what its name promises (issue 29, fair partial credit): a plain name is
+  judged on the values; `shapes("test_x_shapes")` only on what the calls return without their
+  values (the call runs, raises where it must, every output present with the reference's
+  shape and dtype, parameter names and shapes); `batch("test_x_batch_axes")` on the shapes
+  and on the student's own consistency: a call on `part(...)` of an earlier call's inputs
+  (one element of its batch) must give that call's output at the same index. A value
+  mistake then fails the value cells only. `memory(...)`: shapes, and the memory keys
+  (`shapes=True`, `memory_limit=`) as the probe's `compare=` hook judges them.
 """
 from __future__ import annotations
 
@@ -68,6 +76,52 @@ def given(fn: Callable[[torch.Generator], Any], what: str = "", device: str | No
     outputs that stay on it are compared by dtype and shape, and one that lands on the CPU
     shows code that ignores its input's device."""
     return Input(fn, what, device)
+
+
+@dataclass(frozen=True, eq=False)
+class Part:
+    """One element of an earlier call's input (`index` into its leading axes: ints, or a
+    slice that keeps the axis; () = the same tensor): the same numbers, so the student's
+    result on it can be compared with the student's own result on the whole batch (a
+    `batch(...)` cell)."""
+    source: Input
+    index: tuple = ()
+
+
+def part(source: Input, *index: int | slice) -> Part:
+    return Part(source, tuple(index))
+
+
+ASPECTS = ("values", "shapes", "batch", "memory")
+
+
+class Cell(str):
+    """A graded cell's name, marked with what a probe compares for it (see `shapes`)."""
+    compares = "values"
+
+
+def _cell(name: str, compares: str) -> Cell:
+    c = Cell(name)
+    c.compares = compares
+    return c
+
+
+def shapes(cell: str) -> Cell:
+    """A cell that promises shapes, dtypes, structure or that a call runs (or raises): the
+    probe's outputs are judged without their values."""
+    return _cell(cell, "shapes")
+
+
+def memory(cell: str) -> Cell:
+    """A cell that promises a memory property (the tensors a call creates, the reductions it
+    runs, the process's growth: the probe's `compare=` hook on those keys) and shapes."""
+    return _cell(cell, "memory")
+
+
+def batch(cell: str) -> Cell:
+    """A cell that promises any leading batch axes: shapes, and each `part(...)` call equal to
+    the student's own result on the whole batch at that index (not to the reference)."""
+    return _cell(cell, "batch")
 
 
 @dataclass
@@ -123,6 +177,15 @@ class Probe:
     what: str = ""               # what the probe tries, in words, for the message
     compare: Callable | None = None  # (key, got, want) -> message or None, for special keys
 
+    def __post_init__(self):
+        self.cells = tuple(c if isinstance(c, Cell) else _cell(c, "values") for c in self.cells)
+        assert {c.compares for c in self.cells} <= set(ASPECTS), self.cells
+
+    @property
+    def aspects(self) -> dict:
+        """{cell name: what this probe compares for it}."""
+        return {str(c): c.compares for c in self.cells}
+
 
 @dataclass
 class Diagnosis:
@@ -165,7 +228,7 @@ class Exercise:
         return getattr(importlib.import_module(f"tfscratch.reference.{mod}"), obj)
 
     def cells(self) -> set:
-        return {c for p in self.probes for c in p.cells}
+        return {str(c) for p in self.probes for c in p.cells}
 
 
 # -- plans ----------------------------------------------------------------------------------
@@ -185,8 +248,12 @@ class _Builder:
         return {"$t": key}
 
     def value(self, v, g):
+        if isinstance(v, Part):       # the same numbers as an input built earlier in this probe
+            return self.tensor(self.built[id(v.source)][v.index].clone())
         if isinstance(v, Input):
-            d = self.tensor(v.build(g))
+            t = v.build(g)
+            self.built[id(v)] = t
+            d = self.tensor(t)
             if v.device:
                 d["device"] = v.device
             return d
@@ -216,6 +283,7 @@ class _Builder:
         return v
 
     def probe(self, p: Probe) -> dict:
+        self.built = {}               # id(Input) -> tensor, for part(...) of this probe's calls
         seed = _seed(self.run_seed, self.ex.name, p.name)
         g = torch.Generator().manual_seed(seed)
         d = {"name": p.name, "seed": seed % 2**31, "mode": p.mode, "after": list(p.after),
@@ -632,17 +700,102 @@ def judge(ex: Exercise, run_seed: int, got: dict, want: dict | None = None,
     fails: dict[str, list[str]] = {}
     by_name = None
     for p in ex.probes:
-        msg = judge_probe(p, want, got)
-        if msg:
-            if plan is None:
-                plan = build_plan(ex, run_seed)
-            if by_name is None:
-                by_name = {d["name"]: d for d in plan[0]["probes"]}
-            why = diagnose(ex, p, by_name[p.name], plan[1], got, want, msg)
-            text = f"{p.what or p.name}: {msg}"
-            for c in p.cells:
-                fails.setdefault(c, []).append((why, text))
+        found = {}                    # aspect -> (why, text) or None: one judgement each
+        for c in p.cells:
+            if c.compares not in found:
+                msg = judge_aspect(p, want, got, c.compares)
+                found[c.compares] = None
+                if msg:
+                    if plan is None:
+                        plan = build_plan(ex, run_seed)
+                    if by_name is None:
+                        by_name = {d["name"]: d for d in plan[0]["probes"]}
+                    why = diagnose(ex, p, by_name[p.name], plan[1], got, want, msg)
+                    found[c.compares] = (why, f"{p.what or p.name}: {msg}")
+            if found[c.compares]:
+                fails.setdefault(str(c), []).append(found[c.compares])
     return {c: Verdict(c not in fails, _message(fails.get(c, []))) for c in ex.cells()}
+
+
+# -- what a cell promises (fair partial credit) ---------------------------------------------
+
+_NOT_SHAPES = (".shapes", ".reduced", ".memory")   # memory properties: their own cells' promise
+
+
+def judge_aspect(p: Probe, want: dict, got: dict, aspect: str) -> str | None:
+    """`judge_probe` for a cell that promises `aspect` (see `shapes` and `batch`)."""
+    if aspect == "values":
+        return judge_probe(p, want, got)
+    msg = judge_probe(p, their_values(p, want, got, memory=aspect == "memory"), got)
+    if msg or aspect != "batch":
+        return msg
+    return _batch_consistency(p, got)
+
+
+def their_values(p: Probe, want: dict, got: dict, memory: bool = False) -> dict:
+    """The reference's captures with the student's own values wherever the shapes agree, cast
+    to the reference's dtype: judged against them, a probe can fail only on what the values
+    do not decide (an error, a missing output, a shape, a dtype the probe requires, a call
+    that must raise, the parameters' names and shapes; with `memory`, the memory keys)."""
+    caps = {}
+    for key, w in want["caps"].items():
+        if not key.startswith(f"{p.name}.") or (key.endswith(_NOT_SHAPES) and not memory):
+            continue
+        g = got["caps"].get(key)
+        if key.endswith((".raised", ".shape") + _NOT_SHAPES) or g is None:
+            caps[key] = w
+            continue
+        w, g = np.asarray(w), np.asarray(g)
+        if w.shape != g.shape:
+            caps[key] = w
+        elif w.dtype == np.bool_ or (w.dtype.kind == "f" and g.dtype.kind in "biuf"):
+            with np.errstate(all="ignore"):
+                caps[key] = g.astype(w.dtype)
+        else:
+            caps[key] = g
+    return {"caps": caps, "meta": want["meta"]}
+
+
+def batch_slices(p: Probe) -> list:
+    """[(call, earlier call, index)]: the calls on `part(...)` of an earlier call's inputs."""
+    first, out = {}, []
+    for ci, c in enumerate(p.calls):
+        values = list(c.args) + list(c.kwargs.values())
+        parts = [v for v in values if isinstance(v, Part)]
+        if parts:
+            sources = {first[id(v.source)] for v in parts}
+            assert len(sources) == 1, f"{p.name}: call {ci} takes parts of several calls"
+            out.append((ci, sources.pop(), max((v.index for v in parts), key=len)))
+        for v in values:
+            if isinstance(v, Input):
+                first.setdefault(id(v), ci)
+    return out
+
+
+def _index_text(index: tuple) -> str:
+    """(1, 2) -> "[1, 2]", (slice(2, 5),) -> "[2:5]"."""
+    return "[" + ", ".join(f"{i.start}:{i.stop}" if isinstance(i, slice) else str(i) for i in index) + "]"
+
+
+def _batch_consistency(p: Probe, got: dict) -> str | None:
+    """The student's result on one element of a batch equals the student's result on the
+    whole batch at that element (whatever the values are)."""
+    caps = got["caps"]
+    for ci, cj, index in batch_slices(p):
+        own = f"{p.name}.{ci}.out"
+        for key in [k for k in caps if k == own or k.startswith(own + ".")]:
+            whole = caps.get(f"{p.name}.{cj}.out" + key[len(own):])
+            if whole is None:
+                continue
+            g, w = np.asarray(caps[key], dtype=np.float64), np.asarray(whole, dtype=np.float64)
+            w = w[index] if w.ndim >= len(index) else w
+            if g.shape != w.shape or not np.isclose(g, w, atol=p.atol, rtol=p.rtol, equal_nan=True).all():
+                at = _index_text(index)
+                return (f"{label(key)} (element {at} of call {cj + 1}'s batch, on its own) "
+                        f"differs from {label(f'{p.name}.{cj}.out' + key[len(own):])} at {at}: "
+                        "each element of a batch must give the same result as on its own, "
+                        "whatever the leading axes")
+    return None
 
 
 def _message(found: list) -> str:

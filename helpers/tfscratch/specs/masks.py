@@ -21,7 +21,8 @@ import math
 import numpy as np
 import torch
 
-from .engine import Exercise, Input, Probe, call, given, label, like, masked_rows, randn, when
+from .engine import (Exercise, Input, Probe, call, given, label, like, masked_rows, randn, shapes,
+                     when)
 
 
 # -- inputs ---------------------------------------------------------------------------------
@@ -400,7 +401,7 @@ _SDPA = "test_scaled_dot_product_attention_"
 EXERCISES = [
     Exercise("make_padding_mask", ref="masks.make_padding_mask",
              diagnose=PADDING_DIAGNOSES, probes=[
-        Probe("shape", ("test_make_padding_mask_shape",),
+        Probe("shape", (shapes("test_make_padding_mask_shape"),),
               [call(_tokens(3, 7, 0)), call(_tokens(5, 2, 0))],
               compare=_boolean, what="(B, L) tokens with B != L -> (B, 1, L) boolean"),
         Probe("values", _PAD_CELLS,
@@ -417,10 +418,10 @@ EXERCISES = [
              diagnose=CAUSAL_DIAGNOSES, probes=[
         Probe("values", ("test_make_causal_mask_values",), [call(5), call(6)],
               compare=_boolean, what="sizes 5 and 6: lower triangle with the diagonal"),
-        Probe("sizes", ("test_make_causal_mask_sizes", "test_make_causal_mask_in_attention"),
+        Probe("sizes", (shapes("test_make_causal_mask_sizes"), "test_make_causal_mask_in_attention"),
               [call(n) for n in (1, 2, 3, 9, 17, 33)],
               compare=_boolean, what="sizes 1, 2, 3, 9, 17 and 33"),
-        Probe("device", ("test_make_causal_mask_device",),
+        Probe("device", (shapes("test_make_causal_mask_device"),),
               [call(4, device="cpu"), call(3, device=None), call(2, "cpu"),
                call(4, device="ipu", raises=True)],
               compare=_boolean,
@@ -429,7 +430,7 @@ EXERCISES = [
     ]),
     Exercise("make_decoder_mask", ref="masks.make_decoder_mask",
              diagnose=DECODER_DIAGNOSES, probes=[
-        Probe("shape", ("test_make_decoder_mask_shape", "test_make_decoder_mask_device"),
+        Probe("shape", (shapes("test_make_decoder_mask_shape"), shapes("test_make_decoder_mask_device")),
               [call(_tokens(4, 6, 0)), call(_tokens(2, 1, 0)), call(_tokens(3, 2, 5), pad_id=5)],
               compare=_boolean, what="(B, L) tokens with B != L, L = 1 and L = 2 -> (B, L, L) "
                                      "boolean"),
@@ -437,7 +438,7 @@ EXERCISES = [
               [call(_tokens(4, 7, 0)), call(_tokens(3, 8, 2), pad_id=2), call(_tokens(3, 5, 6), 6)],
               compare=_boolean,
               what="causal AND key padding, left/right/inner padding, pad_id=0, 2 and 6"),
-        Probe("meta device", ("test_make_decoder_mask_device",),
+        Probe("meta device", (shapes("test_make_decoder_mask_device"),),
               [call(_on_meta(_tokens(3, 5, 0)))],
               what="tokens on PyTorch's meta device (shapes, no values): the mask must be made "
                    "on the tokens' device, the causal part included"),

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from . import vm
-from .engine import Exercise, Input, Probe, call, ctor, given, label, like, prev, randn, when
+from .engine import Exercise, Input, Probe, call, ctor, given, label, like, prev, randn, shapes, when
 
 ROPE_ATOL = 5e-5   # float32 angles at positions up to 64 (COURSE_SPEC 09/10 test ranges)
 
@@ -632,9 +632,9 @@ EXERCISES = [
               what="random shapes, offsets up to 62, base 100 and 500, float32 and float64"),
     ]),
     Exercise("SwiGLU", ref="modern_decoder.SwiGLU", diagnose=SWIGLU_DIAGNOSES, probes=[
-        Probe("structure", ("test_SwiGLU_structure",), make=ctor(12, 28), calls=[], params=True,
+        Probe("structure", (shapes("test_SwiGLU_structure"),), make=ctor(12, 28), calls=[], params=True,
               what="the parameters of SwiGLU(12, 28): gate, up, down, no biases"),
-        Probe("structure bias", ("test_SwiGLU_structure",), make=ctor(12, 28, bias=True), calls=[],
+        Probe("structure bias", (shapes("test_SwiGLU_structure"),), make=ctor(12, 28, bias=True), calls=[],
               params=True, what="the parameters of SwiGLU(12, 28, bias=True)"),
         Probe("values", ("test_SwiGLU_matches",), make=ctor(20, 52), load="reference",
               calls=[call(randn(3, 6, 20, scale=2.0)), call(randn(1, 1, 20))],
@@ -645,16 +645,16 @@ EXERCISES = [
     ]),
     Exercise("GroupedQueryAttention", ref="modern_decoder.GroupedQueryAttention",
              shortcuts=("attention", "multihead"), diagnose=GQA_DIAGNOSES, probes=[
-        Probe("structure", ("test_GroupedQueryAttention_structure",), make=ctor(24, 6, 2),
+        Probe("structure", (shapes("test_GroupedQueryAttention_structure"),), make=ctor(24, 6, 2),
               calls=[call(given(lambda g: torch.zeros(2, 3, 24), "zeros(2, 3, 24)"))], params=True,
               what="GroupedQueryAttention(24, 6, 2): its projections and (out, (k, v)) with one "
                    "copy per K/V head"),
-        Probe("structure mqa", ("test_GroupedQueryAttention_structure",), make=ctor(16, 4, 1),
+        Probe("structure mqa", (shapes("test_GroupedQueryAttention_structure"),), make=ctor(16, 4, 1),
               calls=[call(given(lambda g: torch.zeros(1, 5, 16), "zeros(1, 5, 16)"))], params=True,
               what="GroupedQueryAttention(16, 4, 1): one K/V head"),
-        Probe("structure mha", ("test_GroupedQueryAttention_structure",), make=ctor(12, 3, 3),
+        Probe("structure mha", (shapes("test_GroupedQueryAttention_structure"),), make=ctor(12, 3, 3),
               calls=[], params=True, what="GroupedQueryAttention(12, 3, 3): as many K/V heads as heads"),
-        Probe("structure bias", ("test_GroupedQueryAttention_structure",),
+        Probe("structure bias", (shapes("test_GroupedQueryAttention_structure"),),
               make=ctor(32, 8, 4, bias=True), calls=[], params=True,
               what="GroupedQueryAttention(32, 8, 4, bias=True): biases when asked"),
         Probe("gqa", ("test_GroupedQueryAttention_matches_torch",), make=ctor(24, 6, 3),
@@ -684,12 +684,12 @@ EXERCISES = [
     ]),
     Exercise("ModernDecoderLM", ref="modern_decoder.ModernDecoderLM",
              shortcuts=("attention", "multihead", "transformer"), diagnose=LM_DIAGNOSES, probes=[
-        Probe("structure", ("test_ModernDecoderLM_structure",), make=ctor(13, 16, 2, 4, 2, 24),
+        Probe("structure", (shapes("test_ModernDecoderLM_structure"),), make=ctor(13, 16, 2, 4, 2, 24),
               calls=[], params=True, after=("lm_head.weight", "tok_embed.weight"),
               compare=_after_not_compared,
               what="the parameters of ModernDecoderLM(13, 16, 2, 4, 2, 24): lm_head tied to tok_embed "
                    "(one matrix), RMSNorm gains, no biases"),
-        Probe("structure untied", ("test_ModernDecoderLM_structure",),
+        Probe("structure untied", (shapes("test_ModernDecoderLM_structure"),),
               make=ctor(13, 16, 2, 4, 2, 24, tie_weights=False), calls=[], params=True,
               what="the parameters of ModernDecoderLM(..., tie_weights=False): lm_head its own matrix"),
         Probe("tied", ("test_ModernDecoderLM_matches_torch",), make=ctor(11, 24, 2, 6, 2, 40),

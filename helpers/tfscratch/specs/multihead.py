@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .engine import Exercise, Probe, call, ctor, given, like, masked_rows, randn, when
+from .engine import Exercise, Probe, call, ctor, given, like, masked_rows, randn, shapes, when
 
 
 # -- inputs ---------------------------------------------------------------------------------
@@ -259,6 +259,14 @@ def _missing(*names):
     return lambda e: any(f"no parameter named '{n}." in e.error for n in names)
 
 
+def _values_from_key(e):
+    """Self-attention (the same numbers in query, key and value): the output is right, but no
+    gradient reaches `value` while the query's gradient is the reference's."""
+    g_q, w_q = e.got("0.grad.0"), e.want("0.grad.0")
+    return (e.got("0.grad.2") is None and e.want("0.grad.2") is not None and g_q is not None
+            and e.got("0.grad.1") is not None and np.allclose(g_q, w_q, atol=1e-4, rtol=1e-3))
+
+
 def _has_norm(e):
     return any("norm" in n.lower() for n, _ in (e.meta("params") or [])) or \
         "norm" in e.problem.lower()
@@ -350,6 +358,9 @@ MHA_DIAGNOSES = [
     _as("the values are computed from `key` instead of `value`: v = self.w_v(value). (In "
         "self-attention the three are the same tensor, which hides this; cross-attention does "
         "not.)", v_from="key"),
+    when("the values are computed from `key` instead of `value`: v = self.w_v(value). (In "
+         "self-attention the three hold the same numbers, which hides it in the output; the "
+         "gradient shows it: none reaches `value`, twice as much reaches `key`.)", _values_from_key),
     _as("softmax ran over the query axis (dim=-2); normalise over the keys, dim=-1.", sm_dim=-2),
     _as("the mask is inverted: True means MAY attend, so fill the scores where the mask is "
         "False, masked_fill(~mask, ...) (PyTorch's own attn_mask/key_padding_mask use the "
@@ -382,7 +393,7 @@ def _qkv(B, Lq, Lk, D, **kw):
 
 EXERCISES = [
     Exercise("split_heads", ref="multihead.split_heads", diagnose=SPLIT_DIAGNOSES, probes=[
-        Probe("shape", ("test_split_heads_shape",),
+        Probe("shape", (shapes("test_split_heads_shape"),),
               [call(randn(2, 5, 12), 3), call(randn(3, 4, 8), 1), call(randn(1, 6, 6), 6)],
               what="(B, L, D) -> (B, H, L, D // H), also for H = 1 and D_h = 1"),
         Probe("values", ("test_split_heads_values",),
@@ -396,7 +407,7 @@ EXERCISES = [
     ]),
     Exercise("combine_heads", ref="multihead.combine_heads", diagnose=COMBINE_DIAGNOSES,
              probes=[
-        Probe("shape", ("test_combine_heads_shape",),
+        Probe("shape", (shapes("test_combine_heads_shape"),),
               [call(randn(2, 3, 5, 4)), call(randn(3, 1, 4, 6)), call(randn(1, 4, 2, 1))],
               what="(B, H, L, D_h) -> (B, L, H * D_h), also for H = 1 and D_h = 1"),
         Probe("values", ("test_combine_heads_values",),
@@ -410,17 +421,17 @@ EXERCISES = [
     Exercise("MultiHeadAttention", ref="multihead.MultiHeadAttention", shortcuts=("multihead",),
              diagnose=MHA_DIAGNOSES, probes=[
         # -- structure
-        _mha("parameters", (_T + "parameters",), ctor(16, 4), [_qkv(2, 5, 5, 16)],
+        _mha("parameters", (shapes(_T + "parameters"),), ctor(16, 4), [_qkv(2, 5, 5, 16)],
              "w_q, w_k, w_v, w_o of MultiHeadAttention(16, 4)", params=True),
-        _mha("parameters 2 heads", (_T + "parameters",), ctor(16, 2), [_qkv(2, 3, 4, 16)],
+        _mha("parameters 2 heads", (shapes(_T + "parameters"),), ctor(16, 2), [_qkv(2, 3, 4, 16)],
              "MultiHeadAttention(16, 2): the number of heads does not change the parameters",
              params=True),
-        _mha("parameters no bias", (_T + "parameters", _T + "random"), ctor(12, 3, bias=False),
+        _mha("parameters no bias", (shapes(_T + "parameters"), _T + "random"), ctor(12, 3, bias=False),
              [_qkv(2, 4, 6, 12)], "MultiHeadAttention(12, 3, bias=False)", params=True),
         # -- shapes
-        _mha("self shapes", (_T + "shapes",), ctor(12, 3), [call(*_same(2, 5, 12))],
+        _mha("self shapes", (shapes(_T + "shapes"),), ctor(12, 3), [call(*_same(2, 5, 12))],
              "self-attention, x (2, 5, 12), 3 heads: output and attn_weights shapes"),
-        _mha("cross shapes", (_T + "shapes",), ctor(12, 3), [_qkv(2, 5, 7, 12)],
+        _mha("cross shapes", (shapes(_T + "shapes"),), ctor(12, 3), [_qkv(2, 5, 7, 12)],
              "cross-attention, Lq=5, Lk=7: output (B, Lq, d) and attn_weights (B, H, Lq, Lk)"),
         # -- values and gradients
         _mha("self", (_T + "matches_torch",), ctor(16, 4),

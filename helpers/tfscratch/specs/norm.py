@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from . import vm
-from .engine import Exercise, Probe, call, ctor, given, prev, randn, when
+from .engine import Exercise, Probe, batch, call, ctor, given, part, prev, randn, when
 
 
 # -- inputs ---------------------------------------------------------------------------------
@@ -637,6 +637,8 @@ RMS_DIAGNOSES = [
 ]
 
 
+_LN4 = (_normal(2, 3, 4, 6, offset=2.0), randn(6), randn(6))   # two batch axes, and its rows
+
 EXERCISES = [
     Exercise("layer_norm", ref="norm.layer_norm", shortcuts=("layer_norm",),
              diagnose=LN_DIAGNOSES, probes=[
@@ -654,11 +656,14 @@ EXERCISES = [
                call(_normal(3, 7, scale=0.3), randn(7), randn(7), eps=0.5)],
               atol=6e-5,  # rows of variance 1e-6 around 0.5: float32 keeps ~1e-5 of x - mean
               what="constant rows, rows of variance ~1e-6, eps=0.01 and eps=0.5"),
-        Probe("batch axes", ("test_layer_norm_batch_axes",),
+        Probe("batch axes", (batch("test_layer_norm_batch_axes"),),
               [call(_normal(6, scale=2.0), randn(6), randn(6)),
                call(_normal(2, 5, 8, scale=3.0, offset=-1.0), randn(8), randn(8)),
-               call(_normal(2, 3, 4, 6, offset=2.0), randn(6), randn(6))],
-              what="inputs of shape (6,), (2, 5, 8) and (2, 3, 4, 6)"),
+               call(*_LN4),
+               call(part(_LN4[0], 1, 2), part(_LN4[1]), part(_LN4[2])),
+               call(part(_LN4[0], 0, 1, 3), part(_LN4[1]), part(_LN4[2]))],
+              what="inputs of shape (6,), (2, 5, 8) and (2, 3, 4, 6), and rows of the last on "
+                   "their own"),
         Probe("gradient", ("test_layer_norm_gradient",),
               [call(_normal(3, 4, 6, scale=2.0), randn(6), randn(6), grad=(0, 1, 2),
                     backward=randn(3, 4, 6))],

@@ -29,7 +29,8 @@ import re
 import numpy as np
 import torch
 
-from .engine import like, ATOL, RTOL, Exercise, Probe, call, ctor, label, randn, when
+from .engine import (ATOL, RTOL, Exercise, Probe, batch, call, ctor, label, like, part, randn, shapes,
+                     when)
 
 
 # -- special comparisons --------------------------------------------------------------------
@@ -396,10 +397,12 @@ PEM_DIAGNOSES = [
 SPE = "sinusoidal_positional_encoding"
 PEM = "PositionalEncoding"
 
+_X6 = _x(6, 4, 8)   # a batch of 6, and three of its rows on their own
+
 EXERCISES = [
     Exercise(SPE, ref="positional.sinusoidal_positional_encoding", diagnose=SPE_DIAGNOSES,
              probes=[
-        Probe("shape", ("test_sinusoidal_positional_encoding_shape",),
+        Probe("shape", (shapes("test_sinusoidal_positional_encoding_shape"),),
               [call(7, 6), call(1, 2), call(3, 2), call(1, 8)],
               compare=_close_by_position,
               what="tables (7, 6), (1, 2), (3, 2), (1, 8): shape, float32, row 0 = [0, 1, ...]"),
@@ -417,7 +420,7 @@ EXERCISES = [
     ]),
     Exercise("pe_shift_matrix", ref="positional.pe_shift_matrix", diagnose=SHIFT_DIAGNOSES,
              probes=[
-        Probe("shape", ("test_pe_shift_matrix_shape",),
+        Probe("shape", (shapes("test_pe_shift_matrix_shape"),),
               [call(3, 8), call(0, 8)], compare=_f32,
               what="M for offset 3 and for offset 0 (the identity), d_model=8: (8, 8) float32"),
         Probe("shift", ("test_pe_shift_matrix_shift_property",),
@@ -448,20 +451,20 @@ EXERCISES = [
               compare=_buffer(1, 3, dtype=False, skip=(2,)),
               what="PositionalEncoding(8, max_len=30): `pe` a registered buffer holding the "
                    "table, no parameters, unchanged by a forward in train mode"),
-        Probe("batch sizes", ("test_PositionalEncoding_batch_invariance",),
-              [call(_x(B, 4, 8)) for B in (1, 3, 4, 6)],
+        Probe("batch sizes", (batch("test_PositionalEncoding_batch_invariance"),),
+              [call(_x(B, 4, 8)) for B in (1, 3, 4)] + [call(_X6), call(part(_X6, slice(2, 5)))],
               make=ctor(8, max_len=20), mode="eval", compare=_close_by_position,
-              what="the same L=4 at batch sizes 1, 3, 4 and 6"),
-        Probe("batch sizes 2", ("test_PositionalEncoding_batch_invariance",
+              what="the same L=4 at batch sizes 1, 3, 4 and 6, and rows 2-4 of the last on their own"),
+        Probe("batch sizes 2", (batch("test_PositionalEncoding_batch_invariance"),
                                 "test_PositionalEncoding_random"),
               [call(_x(B, 5, 12)) for B in (5, 1, 2, 8)],
               make=ctor(12, max_len=9), mode="eval", compare=_close_by_position,
               what="L=5 (max_len=9) at batch sizes 5, 1, 2 and 8"),
-        Probe("max_len", ("test_PositionalEncoding_max_len",),
+        Probe("max_len", (shapes("test_PositionalEncoding_max_len"),),
               [call(_x(2, 10, 6)), call(_x(2, 11, 6), raises=True)],
               make=ctor(6, max_len=10), mode="eval", compare=_close_by_position,
               what="max_len=10: a sequence of length 10 works, one of length 11 must raise"),
-        Probe("max_len small", ("test_PositionalEncoding_max_len",),
+        Probe("max_len small", (shapes("test_PositionalEncoding_max_len"),),
               [call(_x(2, 3, 4)), call(_x(1, 4, 4), raises=True), call(_x(3, 6, 4), raises=True)],
               make=ctor(4, max_len=3), mode="eval", compare=_close_by_position,
               what="max_len=3: length 3 works, lengths 4 and 6 must raise"),

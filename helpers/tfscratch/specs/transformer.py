@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from . import vm
-from .engine import Exercise, Probe, call, ctor, fixture, given, like, randn, when
+from .engine import Exercise, Probe, call, ctor, fixture, given, like, randn, shapes, when
 
 ASSIGNMENT = "07_transformer"
 
@@ -277,7 +277,7 @@ _SRC, _SRC_MASK = _src_and_mask(3, 7, 11, 0, [7, 5, 3])
 
 TRANSFORMER = Exercise("Transformer", ref="transformer.Transformer", shortcuts=("transformer",),
                        diagnose=TRANSFORMER_DIAGNOSES, probes=[
-    Probe("parts", (T_SHAPES,),
+    Probe("parts", (shapes(T_SHAPES),),
           [call(_SRC, _SRC_MASK, method="encode"),
            call(_ids(3, 5, 13, 0, [5, 4, 2]), randn(3, 7, 32), _SRC_MASK, _causal(5),
                 method="decode"),
@@ -286,7 +286,7 @@ TRANSFORMER = Exercise("Transformer", ref="transformer.Transformer", shortcuts=(
           after=("pad_id",), atol=1e-4,
           what="src_vocab=11, tgt_vocab=13: encode, decode and forward of padded rows, and the "
                "parameters (one table per side, an untied generator)"),
-    Probe("pad id kept", (T_SHAPES,), [call(_ids(2, 4, 9, 7, [4, 2]), _ids(2, 3, 9, 7, [3, 2]))],
+    Probe("pad id kept", (shapes(T_SHAPES),), [call(_ids(2, 4, 9, 7, [4, 2]), _ids(2, 3, 9, 7, [3, 2]))],
           make=ctor(9, 9, 16, 2, 1, 32, pad_id=7), load="reference", mode="eval",
           after=("pad_id",), atol=1e-4, what="Transformer(..., pad_id=7): self.pad_id and forward"),
     Probe("xavier", (T_INIT,), [], make=ctor(40, 24, 64, 4, 2, 96, max_len=64),
@@ -562,7 +562,7 @@ LABEL_SMOOTHING = Exercise("label_smoothing_cross_entropy",
            _ls((7,), 5, 0.3, -100, 6, default_ignore=True)],
           what="the default ignore_index=-100 (not a class id), smoothing 0 and 0.2, and 12 more "
                "ignored positions"),
-    Probe("shapes", (f"{S}_shapes",),
+    Probe("shapes", (shapes(f"{S}_shapes"),),
           [_ls((4, 3), 6, 0.1, -100, 2), _ls((2, 5, 3), 7, 0.2, -100, 3), _ls((1, 1), 4, 0.1, -100, 0)],
           what="(B, L, V) logits (classes on the last axis), (B1, B2, L, V) and (1, 1, V)"),
     Probe("stable", (f"{S}_stable",),
@@ -741,10 +741,10 @@ GREEDY = Exercise("greedy_decode", ref="transformer.greedy_decode", shortcuts=("
     Probe("few rows", (G_SCRIPT,),
           [_greedy(base, eos, pad, B, 16) for base, eos, pad in _MODELS for B in (3, 2, 1, 1)],
           what="3, 2 and 1 rows with max_len=16: stop as soon as every row has produced EOS"),
-    Probe("max_len", (G_MAX,),
+    Probe("max_len", (shapes(G_MAX),),
           [_greedy(base, eos, pad, 4, ml) for base, eos, pad in _MODELS for ml in (1, 2, 4)],
           what="max_len 1, 2 and 4 (the BOS column counts)"),
-    Probe("max_len none ends", (G_MAX,),
+    Probe("max_len none ends", (shapes(G_MAX),),
           [_greedy(26, 5, 4, 3, 7, bos=0), _greedy(39, 2, 3, 3, 6, bos=5)],
           what="EOS ids the model rarely produces: rows run to max_len"),
 ])
