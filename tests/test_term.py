@@ -22,7 +22,7 @@ import nbformat
 import pytest
 
 import lmstools as lt
-from nbtools import A01, manual_points, solution_sources
+from nbtools import A01, manual_points, points, solution_sources
 from tfsgrade import bundle, cli, formgrader
 
 pytestmark = [pytest.mark.nbgrader, pytest.mark.slow]
@@ -36,6 +36,7 @@ ANSWERS = {
             Q2: "Without the scale the variance of the scores is d_k."},
 }
 DUE = "2025-02-28T12:00:00Z"
+OVERRIDE = "test_softmax_rows"
 
 
 def _notebook(released, student: str, answers: dict | None = None) -> bytes:
@@ -99,6 +100,11 @@ def _hand_grade(out):
                 cs = api("GET", "/formgrader/api/comments", params={"submission_id": subs[student]["id"]})
                 c = next(c for c in cs if c["name"] == Q1)
                 api("PUT", f"/formgrader/api/comment/{c['id']}", json={"manual_comment": comment})
+        # an override of an autograded test cell: cleo's softmax rows, from full marks to 0
+        grades = api("GET", "/formgrader/api/grades", params={"submission_id": subs["cleo"]["id"]})
+        g = next(g for g in grades if g["name"] == OVERRIDE)
+        assert g["auto_score"] == g["max_score"] > 0
+        api("PUT", f"/formgrader/api/grade/{g['id']}", json={"manual_score": 0})
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -129,6 +135,10 @@ def term(tmp_path_factory):
     return {"out": out, "base": base, "before": before, "after_hand": after_hand}
 
 
+def _pts(gid) -> float:
+    return float(points(A01)[gid])
+
+
 def _grades(out) -> dict:
     with (out / "grades.csv").open() as f:
         return {r["student_id"]: r for r in csv.DictReader(f)}
@@ -148,7 +158,12 @@ def test_hand_grades_survive_the_regrade(term):
         assert ada.needs_manual_grade is True               # edited since: back to review
         c = gb.find_comment(Q1, A01, A01, "ada")
         assert c.manual_comment == "Half: say why the constant cancels."
+        cleo = gb.find_grade(OVERRIDE, A01, A01, "cleo")        # the override stands
+        assert cleo.manual_score == 0 and cleo.auto_score == cleo.max_score
+        assert cleo.needs_manual_grade is False                 # her code did not change
+        cleo_score = gb.find_submission(A01, "cleo").score
     rows = _grades(out)
+    assert float(rows["cleo"][A01]) == cleo_score == float(term["before"]["cleo"][A01]) - _pts(OVERRIDE)
     assert "answer changed since graded by hand: " + Q1 in rows["ada"]["flags"]
     assert "answer changed" not in rows["ben"]["flags"]
     review = (out / "manual_review.md").read_text()
