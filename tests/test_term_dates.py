@@ -102,3 +102,14 @@ def test_one_writer_at_a_time(tmp_path):
                 pass
     with record.writing(tmp_path):      # released: the next run goes ahead
         pass
+
+
+def test_a_students_own_timestamp_is_not_evidence(tmp_path):
+    """In student folders, a timestamp.txt is the student's to write: lateness comes from the
+    file's time instead (nbgrader's exchange layout keeps nbgrader's timestamp.txt)."""
+    from nbtools import A01, student_notebook, write
+    from tfsgrade import intake
+    write(student_notebook(A01), tmp_path / "ada" / f"{A01}.ipynb")
+    (tmp_path / "ada" / "timestamp.txt").write_text("2020-01-01 00:00:00 UTC")
+    it = next(i for i in intake.collect(tmp_path, [A01]) if i.student == "ada")
+    assert it.submitted_from == "file time" and not it.submitted_at.startswith("2020")

@@ -241,7 +241,10 @@ def collect(root_in: Path, names: list[str], only: tuple = (), intake: lms.Intak
                 it.time_known = entry.layout != "canvas" or "timestamp" in entry.submitted_from
             else:
                 it.origin = it.origin or str(path.relative_to(root_in))
-                it.submitted_at, it.submitted_from = lms.submitted_at_of(path, from_zip, sdir)
+                # student folders: their own timestamp.txt is not evidence (nbgrader's
+                # exchange layout, read by tfsgrade.lms, is)
+                it.submitted_at, it.submitted_from = lms.submitted_at_of(path, from_zip, sdir,
+                                                                         stamps=False)
             try:
                 raw = path.read_bytes()
             except OSError as e:

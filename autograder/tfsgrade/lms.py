@@ -113,13 +113,15 @@ def file_time(path: Path) -> datetime:
     return datetime.fromtimestamp(Path(path).stat().st_mtime, tz=timezone.utc)
 
 
-def submitted_at_of(path: Path, from_zip: bool = False, top: Path | None = None
-                    ) -> tuple[str | None, str]:
+def submitted_at_of(path: Path, from_zip: bool = False, top: Path | None = None,
+                    stamps: bool = True) -> tuple[str | None, str]:
     """The submission time of the notebook at `path`: a timestamp.txt beside it or in a folder
-    above it (up to `top`), else the file's time. Returns (ISO time, where it came from)."""
+    above it (up to `top`), else the file's time. Returns (ISO time, where it came from).
+    stamps=False: a timestamp.txt is not read (student folders: a student may have written
+    it, and would then choose their own lateness)."""
     path = Path(path)
     d = path.parent
-    while True:
+    while stamps:
         ts = d / "timestamp.txt"
         if ts.is_file():
             t = parse_time(ts.read_text(errors="replace"))
