@@ -1,5 +1,7 @@
 """Exercise specs (one module per notebook) and their engine; see `engine.py` for the
 table's columns and `../README.md` ("Adding an exercise's spec") for how to add one.
 
-`vm.py` is the probe machine the grader runs inside the student's kernel; `engine.py`
-builds plans, runs them on the reference and judges, in the grader only."""
+`vm.py` is the probe machine that runs a plan inside the student's kernel; `engine.py` builds
+plans and judges: in the grader (the coordinator, against the reference, on each submission's
+own seed) and in the kernel (tfscratch.checks.runner, against the stored expectations of the
+public seed: no reference needed, none shipped for an open notebook)."""
