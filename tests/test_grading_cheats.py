@@ -8,6 +8,8 @@ import pytest
 
 from nbtools import A01, points, solution_sources, student_notebook, write
 
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.slow]   # cheats beside honest students
+
 ALIAS = """from torch.nn.functional import softmax as _sm
 
 def softmax(x, dim=-1):

@@ -10,6 +10,8 @@ from catalogue import run_exercise
 from nbtools import A01, make_fixture_class, manual_points, points, student_notebook
 from tfsgrade.grade import grade
 
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.slow]   # nbgrader autograde on a fixture class
+
 
 def _rows(out):
     with (out / "grades.csv").open() as f:

@@ -116,6 +116,7 @@ def test_course_solutions_leave_out_only_demonstrations(a):
             assert c.source.strip() in texts
 
 
+@pytest.mark.slow
 def test_the_runner_leaves_out_marked_cells_and_says_they_ran_nowhere():
     """Unsandboxed runner: a marked cell gets one line saying it was left out (never the
     outputs it was handed in with) and the sandbox's hash (so nbgrader does not call it

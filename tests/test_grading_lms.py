@@ -12,6 +12,8 @@ import lmstools as lt
 from nbtools import A01, points
 from tfsgrade import cli, lms
 
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.slow]   # a Canvas zip and a roster, end to end
+
 
 def _rows(path):
     with path.open() as f:

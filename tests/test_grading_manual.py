@@ -8,6 +8,8 @@ import pytest
 from nbtools import A01, manual_points, points, solution_sources, student_notebook, write
 from tfsgrade import cli
 
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.slow]   # grade, score by hand, export
+
 
 def _rows(out):
     with (out / "grades.csv").open() as f:

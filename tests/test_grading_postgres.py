@@ -39,7 +39,8 @@ def _skip_reason():
     return None
 
 
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+pytestmark = [pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason())),
+              pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,8 @@ from nbtools import (NOTEBOOKS, assignments, manual_points, points, solution_sou
                      student_notebook, write)
 from tfsgrade.grade import grade
 
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.slow]   # every notebook through nbgrader
+
 
 # a catalogued mistake that crashes inside the student's code (max without keepdim)
 MISTAKE = ("01_attention", """def softmax(x, dim=-1):

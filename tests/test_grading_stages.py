@@ -104,6 +104,7 @@ def test_ran_in_sandbox_rejects_outputs_not_from_the_sandbox():
     assert pre.preprocess_cell(nbformat.v4.new_code_cell("x"), {}, 0)[0].outputs[0]["ename"] == "NotExecuted"
 
 
+@pytest.mark.slow
 def test_runner_isolates_a_kernel_death_unsandboxed():
     """The runner alone (no bwrap, so it runs anywhere): os._exit in one cell costs that
     cell; the kernel is restarted, earlier cells replayed, later cells run."""
@@ -135,16 +136,8 @@ def test_no_bubblewrap_refuses_and_names_the_ways_out(tmp_path, monkeypatch):
         grade(tmp_path / "s", tmp_path / "o", names=[A01], log=lambda *a: None)
 
 
-def _sandbox_missing():
-    try:
-        from tfsgrade.sandbox import check
-        check()
-    except Exception as e:  # noqa: BLE001
-        return str(e)
-    return None
-
-
-@pytest.mark.skipif(_sandbox_missing() is not None, reason=f"no sandbox here: {_sandbox_missing()}")
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_watchdog_caps_children_together_without_a_cgroup(monkeypatch):
     """Where no cgroup can be had, children that together pass the cap are killed (largest
     first) while the notebook goes on."""
@@ -205,6 +198,8 @@ def test_verdict_of_a_probe_that_never_came_back_is_a_failure_with_the_reason():
     assert all(not v[g].passed for g in v)
 
 
+@pytest.mark.nbgrader
+@pytest.mark.slow
 def test_generated_course_is_reused_only_for_the_same_inputs(tmp_path, monkeypatch):
     """course.generate(reuse=True): a second grading course with the same solutions and config
     copies what nbgrader generated (release/ and the fresh gradebook, the same content); other

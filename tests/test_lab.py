@@ -14,6 +14,8 @@ import requests
 
 from nbtools import REPO
 
+pytestmark = pytest.mark.slow   # starts a JupyterLab server
+
 
 def free_port():
     with socket.socket() as s:

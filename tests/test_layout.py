@@ -3,6 +3,8 @@ lists in step, the README's two commands."""
 import re
 import tomllib
 
+import pytest
+
 from nbtools import NOTEBOOKS, REPO, SOLUTIONS, assignments, read
 from tfsgrade import build, cli, manifest
 
@@ -23,6 +25,7 @@ SPEC = {
     "09_modern_decoder": ["rms_norm", "RMSNorm", "apply_rope", "SwiGLU", "GroupedQueryAttention",
                           "ModernDecoderLM", "top_p_filter"],
     "10_efficient_attention": ["online_softmax", "flash_attention"],
+    "11_tokenizer": ["train_bpe", "Tokenizer"],
 }
 
 
@@ -44,6 +47,8 @@ def test_sources_build_to_the_committed_files():
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.nbgrader   # a release into a temporary folder
+@pytest.mark.slow
 def test_generated_notebooks_are_current():
     """Also notebooks/, through nbgrader's generate_assignment (marked nbgrader, slow)."""
     problems = cli.stale()

@@ -47,6 +47,7 @@ def _browser_runs_them() -> str | None:
 
 
 @pytest.mark.parametrize("assignment", assignments())
+@pytest.mark.slow   # runs every notebook
 def test_solution_executes_headless(assignment, tmp_path):
     covered = _browser_runs_them()
     if covered:

@@ -227,6 +227,7 @@ def test_solutions_and_released_notebooks_raise_no_flag(assignment):
     assert scan.scan_notebook(read(NOTEBOOKS / f"{assignment}.ipynb"), assignment).findings == []
 
 
+@pytest.mark.slow   # ~25 s
 @pytest.mark.parametrize("assignment", [m.ASSIGNMENT for m in MODS])
 def test_catalogue_raises_no_flag_except_real_shortcuts(assignment):
     """Every valid variant and every mistake, in its exercise cell of the released notebook (the

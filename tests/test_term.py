@@ -25,7 +25,7 @@ import lmstools as lt
 from nbtools import A01, manual_points, points, solution_sources
 from tfsgrade import bundle, cli, formgrader
 
-pytestmark = [pytest.mark.nbgrader, pytest.mark.slow]
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.slow]
 
 ROSTER = lt.CLASS + [("eve", "Eve, Eve", "1005", "S-1005", "eve.e", "Sec B", "205", "eve@uni.example")]
 Q1, Q2 = sorted(manual_points(A01))

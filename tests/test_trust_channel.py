@@ -2,11 +2,14 @@
 honest code keeps its marks whatever it names and wherever its helpers are; the kernel's
 history never shows the hidden tests or the probe's plan; a forged capture or a decompression
 bomb flags the item, never counts, and never ends the class run."""
+import pytest
 import nbformat
 
 from hostile.trust_channel import A01, SECRET_TEXT
 from nbtools import points
 from tfsgrade.verdict import FORGED
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.slow]   # the trust class
 
 
 def _strings(obj):

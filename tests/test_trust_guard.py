@@ -3,8 +3,11 @@ reached by a name assembled at run time, in the calling thread, a pool's thread 
 waiting on a queue, and naive attention computed in another thread, each lose the points the
 cheat would have earned (and no others), and the student's feedback says why. The cases are
 in tests/hostile/trust_guard.py; tests/test_vm_guard.py proves the probe machine alone."""
+import pytest
 from hostile.trust_guard import EXPECT
 from nbtools import points
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.slow]   # the trust class
 
 
 def _zeroed(assignment, names):

@@ -2,7 +2,10 @@
 tests/hostile/trust_*.py keep their exact scores and carry no flag and no note (the honest
 student hands in the course's solution verbatim, so the similarity report may name it: that
 is a signal for review, not a finding against her code)."""
+import pytest
 from nbtools import points
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.slow]   # the trust class
 
 
 def _flags(row):

@@ -16,6 +16,8 @@ from hostile import trust_html as T
 from nbtools import points
 from tfsgrade import sanitise
 
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.slow]   # the trust class
+
 A = T.A01
 
 

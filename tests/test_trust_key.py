@@ -1,8 +1,11 @@
 """Issue 26, classes 1 and 2, end to end: reaching for the graded notebook's reference (through
 `chk`, `R`, or the package under another name) earns nothing in the sandbox; the student's
 other exercises keep every point. The cases are in tests/hostile/trust_key.py."""
+import pytest
 from hostile.trust_key import EXPECT
 from nbtools import points
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.slow]   # the trust class
 
 
 def _points(assignment, exercise):

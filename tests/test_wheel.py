@@ -15,7 +15,7 @@ import pytest
 
 from nbtools import A01, points, solution_sources, student_notebook, write
 
-pytestmark = [pytest.mark.nbgrader, pytest.mark.slow]
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -4,8 +4,11 @@ function raises for any value but the first (tfscratch.widgets shows the traceba
 the figure), one that always draws the same figure, and a hand-made ipywidgets slider whose
 callback raises (the traceback goes to the kernel's log, the figure never changes)."""
 import nbformat
+import pytest
 
 from labdriver import REPO
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]   # JupyterLab in Chromium
 
 SETUP = '''\
 %matplotlib inline

@@ -6,6 +6,8 @@ import pytest
 
 from labdriver import SHOTS, TIMINGS, validate_targets
 
+pytestmark = [pytest.mark.browser, pytest.mark.slow]   # JupyterLab in Chromium
+
 TARGETS = validate_targets()
 
 

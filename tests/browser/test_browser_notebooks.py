@@ -12,6 +12,8 @@ import pytest
 
 from labdriver import DOCS_IMG, NOTEBOOKS, REPO, SHOTS, image_is_blank, shot_is_blank, strip_ansi
 
+pytestmark = [pytest.mark.browser, pytest.mark.slow]   # JupyterLab in Chromium
+
 IDS = [str(n) for n in NOTEBOOKS]
 DRAWS = ("plots.", "explore(", "plt.", "fig.", ".plot(", "imshow(")  # a cell that draws
 
