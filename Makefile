@@ -19,17 +19,26 @@ export PATH := $(abspath $(BIN)):$(PATH)
 help:
 	@sed -n '1,9p' Makefile
 
+# The installers' chatter goes to .venv/install.log (shown when a step fails).
 $(STAMP): pyproject.toml tools/install_torch.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) tools/install_torch.py $(TORCH_VERSION)
-	$(PY) -m pip install --quiet -e '.[test]'
+	@echo "installing into $(VENV) (torch $(TORCH_VERSION) CPU, JupyterLab, nbgrader; log: $(VENV)/install.log)"
+	@( $(PY) -m pip install --quiet --upgrade pip && $(PY) tools/install_torch.py $(TORCH_VERSION) \
+	   && $(PY) -m pip install --quiet -e '.[test]' ) > $(VENV)/install.log 2>&1 \
+	   || { tail -40 $(VENV)/install.log; echo "install failed: see $(VENV)/install.log"; exit 1; }
 	@touch $(STAMP)
 
 install: $(STAMP)
 
+# The student's lab: warnings and the address only; the instructor's nbgrader parts (formgrader,
+# course list, exchange) are off here: `make formgrader` serves the formgrader on a graded course.
+LAB_QUIET := --log-level=WARN --LabApp.log_level=WARN \
+	--ServerApp.jpserver_extensions="{'nbgrader.server_extensions.formgrader': False, \
+	'nbgrader.server_extensions.course_list': False, 'nbgrader.server_extensions.assignment_list': False}"
+
 lab: $(STAMP)
-	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --port=$(PORT) \
+	@echo "JupyterLab on the course: open the address below, then notebooks/01_attention.ipynb"
+	@$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --port=$(PORT) $(LAB_QUIET) \
 		$(if $(NO_BROWSER),--no-browser --ServerApp.ip=127.0.0.1,) \
 		$(if $(filter 0,$(shell id -u)),--allow-root,) \
 		--ServerApp.default_url=/lab/tree/notebooks
