@@ -23,8 +23,7 @@ from torch.overrides import TorchFunctionMode
 
 __all__ = [
     "CheckFailed", "ShortcutUsed", "fail", "passed", "seeded", "no_shortcuts", "call",
-    "check_shape", "check_close", "check_finite", "check_true", "SHORTCUTS", "describe",
-    "copy_mha_to_torch", "NotDone",
+    "SHORTCUTS", "describe", "copy_mha_to_torch", "NotDone",
 ]
 
 
@@ -217,67 +216,6 @@ def _error_hint(e: Exception) -> str:
         if pat in text:
             return "\n" + hint
     return ""
-
-
-def check_true(cond: bool, msg: str):
-    if not bool(cond):
-        fail(msg)
-
-
-def check_shape(actual, expected, what: str, hint: str = ""):
-    if not isinstance(actual, torch.Tensor):
-        fail(f"{what}: expected a tensor of shape {tuple(expected)}, got {type(actual).__name__}. "
-             + hint)
-    if tuple(actual.shape) != tuple(expected):
-        fail(f"{what} has the wrong shape.\n  actual:   {tuple(actual.shape)}\n"
-             f"  expected: {tuple(expected)}\n" + hint)
-
-
-def check_finite(actual, what: str, hint: str = ""):
-    bad = ~torch.isfinite(actual)
-    if bad.any():
-        idx = tuple(int(i) for i in bad.nonzero()[0])
-        fail(f"{what} contains {int(bad.sum())} NaN/inf values (first at index {idx}: "
-             f"{actual[idx].item()}). " + hint)
-
-
-def check_close(actual, expected, what: str, hint: str = "", atol=1e-5, rtol=1e-4):
-    """Compare tensors (float32 tolerances by default); on failure show the worst element."""
-    check_shape(actual, expected.shape, what, hint)
-    a = actual.detach().to(torch.float64)
-    e = expected.detach().to(torch.float64)
-    if not torch.isfinite(a).all() and torch.isfinite(e).all():
-        check_finite(a, what, hint)
-    diff = (a - e).abs()
-    diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
-    tol = atol + rtol * e.abs()
-    if (diff > tol).any():
-        i = tuple(int(j) for j in torch.nonzero(diff - tol == (diff - tol).max())[0])
-        fail(f"{what} does not match the reference (atol={atol}, rtol={rtol}).\n"
-             f"  worst element at index {i}: actual {a[i].item():.6g}, expected {e[i].item():.6g}"
-             f" (max abs difference {diff.max().item():.3g}, "
-             f"{int((diff > tol).sum())} of {diff.numel()} elements off)\n" + hint)
-
-
-def _match(actual, candidates: dict, atol=1e-4, rtol=1e-3):
-    """Name of the first wrong-but-plausible result that `actual` equals, or None."""
-    for hint, cand in candidates.items():
-        try:
-            if actual.shape == cand.shape and torch.allclose(
-                    actual.detach().double(), cand.detach().double(), atol=atol, rtol=rtol,
-                    equal_nan=False):
-                return hint
-        except RuntimeError:
-            continue
-    return None
-
-
-def _unpack(res, what):
-    if not isinstance(res, (tuple, list)) or len(res) != 2:
-        fail(f"{what} must return a tuple (output, weights); got "
-             f"{type(res).__name__}{'' if not isinstance(res, torch.Tensor) else ' (one tensor)'}. "
-             "Return both the output and the attention weights.")
-    return res
 
 
 def copy_mha_to_torch(mha, torch_mha: nn.MultiheadAttention):
