@@ -117,7 +117,7 @@ def _term_options(a) -> dict:
                 penalty_per_day=a.penalty_per_day, cutoff_days=a.cutoff_days)
 
 
-def main(argv=None):
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="tfs-grade", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -131,7 +131,30 @@ def main(argv=None):
                         "is shipped, later notebooks import it); default 0")
     sub.add_parser("check", help="exit 1 if solutions/, notebooks/ or the reference are stale")
     sub.add_parser("manifest", help="print the course manifest as JSON")
-    g = sub.add_parser("grade", help="grade a folder or zip of submissions")
+    _grade_args(sub.add_parser("grade", help="grade a folder or zip of submissions"))
+    f = sub.add_parser("formgrader", help="nbgrader's formgrader on a grading folder (hand grading)")
+    f.add_argument("out", type=Path, help="the --out folder of a grading run")
+    f.add_argument("--port", type=int, default=8890)
+    f.add_argument("--ip", default="127.0.0.1", help="0.0.0.0 to reach it from outside a container")
+    rf = sub.add_parser("release-feedback", help="copy the feedback out, per student")
+    rf.add_argument("out", type=Path, help="the --out folder of a grading run")
+    rf.add_argument("--to", type=Path, required=True, help="TO/<student>/<notebook>.html")
+    rf.add_argument("--zip", action="store_true", help="one TO/<student>.zip each instead")
+    c = sub.add_parser("course", help="make an nbgrader course directory for the formgrader")
+    c.add_argument("dir", type=Path)
+    e = sub.add_parser("export", help="after hand grading or new dates: rewrite every output")
+    e.add_argument("out", type=Path, help="the --out folder of a grading run")
+    e.add_argument("--db-url", help="gradebook URL (default: the one the grading run used)")
+    e.add_argument("--no-feedback", action="store_true", help="do not regenerate the feedback HTML")
+    e.add_argument("--roster", type=Path, metavar="FILE",
+                   help="a roster for the Canvas/Moodle files from now on (see grade --roster)")
+    e.add_argument("--id-field", action="append", metavar="NAME",
+                   help="how the Canvas/Moodle files identify students (see grade --id-field)")
+    _term_args(e)
+    return ap
+
+
+def _grade_args(g) -> None:
     g.add_argument("submissions", type=Path)
     g.add_argument("--out", type=Path, default=Path("grading"), help="output folder (default ./grading)")
     g.add_argument("--assignment", "-a", action="append", help="grade only these (repeatable)")
@@ -174,104 +197,116 @@ def main(argv=None):
                         "(by default the sandbox leaves out the unchanged ones that nothing graded "
                         "needs: figures, explorers, training)")
     _term_args(g)
-    f = sub.add_parser("formgrader", help="nbgrader's formgrader on a grading folder (hand grading)")
-    f.add_argument("out", type=Path, help="the --out folder of a grading run")
-    f.add_argument("--port", type=int, default=8890)
-    f.add_argument("--ip", default="127.0.0.1", help="0.0.0.0 to reach it from outside a container")
-    rf = sub.add_parser("release-feedback", help="copy the feedback out, per student")
-    rf.add_argument("out", type=Path, help="the --out folder of a grading run")
-    rf.add_argument("--to", type=Path, required=True, help="TO/<student>/<notebook>.html")
-    rf.add_argument("--zip", action="store_true", help="one TO/<student>.zip each instead")
-    c = sub.add_parser("course", help="make an nbgrader course directory for the formgrader")
-    c.add_argument("dir", type=Path)
-    e = sub.add_parser("export", help="re-read the gradebook after manual grading; rewrite grades.csv")
-    e.add_argument("out", type=Path, help="the --out folder of a grading run")
-    e.add_argument("--db-url", help="gradebook URL (default: the one the grading run used)")
-    e.add_argument("--no-feedback", action="store_true", help="do not regenerate the feedback HTML")
-    e.add_argument("--roster", type=Path, metavar="FILE",
-                   help="a roster for the Canvas/Moodle files from now on (see grade --roster)")
-    e.add_argument("--id-field", action="append", metavar="NAME",
-                   help="how the Canvas/Moodle files identify students (see grade --id-field)")
-    _term_args(e)
-    a = ap.parse_args(argv)
 
-    if a.cmd == "build":
-        build_sources()
-    elif a.cmd == "release":
-        release()
-        if a.student_bundle:
-            from . import bundle
-            print(f"wrote the student bundle {bundle.build(a.student_bundle, a.closed)}")
-    elif a.cmd == "check":
-        problems = stale()
-        for p in problems:
-            print(p)
-        if problems:
-            return 1
-        print("solutions/, notebooks/ and helpers/tfscratch/reference/ are current")
-    elif a.cmd == "manifest":
-        from . import manifest
-        print(manifest.load().to_json())
-    elif a.cmd == "grade":
-        from .grade import grade
-        items = grade(a.submissions, a.out, names=a.assignment, db_url=a.db_url,
-                      timeout=a.timeout, notebook_timeout=a.notebook_timeout, mem_gb=a.mem_gb,
-                      students=a.student, scheduler=a.scheduler, workers=a.workers,
-                      sandbox=not a.no_sandbox, reveal_hidden=a.reveal_hidden,
-                      run_demos=a.run_demos or a.run_demos == [],  # [] (no names): everyone
-                      probe_seed=a.probe_seed, probe_secret=a.probe_secret,
-                      roster=a.roster, layout=a.layout, id_fields=a.id_field or (),
-                      term_options=_term_options(a))
-        flagged = [it for it in items if it.status == "flagged" or it.reasons]
-        print(f"graded {sum(it.status == 'graded' for it in items)} notebook(s); "
-              f"{len(flagged)} flagged")
-        for it in flagged:
-            for r in it.reasons:
-                print(f"  {it.student}/{it.assignment}: {r}")
-        from .manual import command
-        print(f"wrote {a.out / 'grades.csv'}, {a.out / 'report.html'}, {a.out / 'feedback'}/")
-        print(f"free-text answers to grade by hand: {a.out / 'manual_review.md'} "
-              f"(`{command('formgrader', a.out)}`, then `{command('export', a.out)}`)")
-    elif a.cmd == "export":
-        from .manual import export
+
+def _cmd_build(a) -> int:
+    build_sources()
+    return 0
+
+
+def _cmd_release(a) -> int:
+    release()
+    if a.student_bundle:
+        from . import bundle
+        print(f"wrote the student bundle {bundle.build(a.student_bundle, a.closed)}")
+    return 0
+
+
+def _cmd_check(a) -> int:
+    problems = stale()
+    for p in problems:
+        print(p)
+    if problems:
+        return 1
+    print("solutions/, notebooks/ and helpers/tfscratch/reference/ are current")
+    return 0
+
+
+def _cmd_manifest(a) -> int:
+    from . import manifest
+    print(manifest.load().to_json())
+    return 0
+
+
+def _cmd_grade(a) -> int:
+    from .grade import grade
+    from .manual import command
+    items = grade(a.submissions, a.out, names=a.assignment, db_url=a.db_url,
+                  timeout=a.timeout, notebook_timeout=a.notebook_timeout, mem_gb=a.mem_gb,
+                  students=a.student, scheduler=a.scheduler, workers=a.workers,
+                  sandbox=not a.no_sandbox, reveal_hidden=a.reveal_hidden,
+                  run_demos=a.run_demos or a.run_demos == [],  # [] (no names): everyone
+                  probe_seed=a.probe_seed, probe_secret=a.probe_secret,
+                  roster=a.roster, layout=a.layout, id_fields=a.id_field or (),
+                  term_options=_term_options(a))
+    flagged = [it for it in items if it.status == "flagged" or it.reasons]
+    print(f"graded {sum(it.status == 'graded' for it in items)} notebook(s); {len(flagged)} flagged")
+    for it in flagged:
+        for r in it.reasons:
+            print(f"  {it.student}/{it.assignment}: {r}")
+    print(f"wrote {a.out / 'grades.csv'}, {a.out / 'report.html'}, {a.out / 'feedback'}/")
+    print(f"free-text answers to grade by hand: {a.out / 'manual_review.md'} "
+          f"(`{command('formgrader', a.out)}`, then `{command('export', a.out)}`)")
+    return 0
+
+
+def _cmd_export(a) -> int:
+    from . import exports, lms, term
+    from .manual import export
+    if not (a.out / "record.json").exists():
+        raise SystemExit(f"{a.out / 'record.json'} not found: grade the class first (tfs-grade grade)")
+    try:
         if a.roster or a.id_field:   # kept in OUT: every later export uses them
-            from . import exports, lms
-            try:
-                exports.split_id_fields(a.id_field)
-                roster = lms.Roster.load(a.roster) if a.roster else lms.saved_roster(a.out)
-            except (ValueError, OSError) as err:
-                raise SystemExit(f"cannot export: {err}") from None
+            exports.split_id_fields(a.id_field)
+            roster = lms.Roster.load(a.roster) if a.roster else lms.saved_roster(a.out)
             lms.save(a.out, roster=roster, id_fields=a.id_field,
                      given=bool(a.roster) or lms.saved_settings(a.out).get("roster_given", False))
-        from . import term
-        try:
-            term.configure(a.out, **_term_options(a))
-        except (ValueError, OSError) as err:
-            raise SystemExit(f"cannot export: {err}") from None
-        try:
-            path = export(a.out, a.db_url, feedback=not a.no_feedback)
-        except FileNotFoundError as err:
-            raise SystemExit(str(err)) from None
-        print(f"wrote {path}, {a.out / 'report.md'}, {a.out / 'manual_review.md'}, the LMS files "
-              f"and {a.out / 'feedback'}/ from the gradebook")
-    elif a.cmd == "formgrader":
-        from . import formgrader
-        try:
-            return formgrader.main(a.out, port=a.port, ip=a.ip)
-        except FileNotFoundError as err:
-            raise SystemExit(str(err)) from None
-    elif a.cmd == "release-feedback":
-        from .outputs import release_feedback
-        try:
-            written = release_feedback(a.out, a.to, zip_each=a.zip)
-        except FileNotFoundError as err:
-            raise SystemExit(str(err)) from None
-        print(f"wrote {len(written)} file(s) under {a.to}")
-    elif a.cmd == "course":
-        root = course.make_course(a.dir, course.assignments())
-        course.generate(root, course.assignments(), reuse=True)
-        print(f"nbgrader course directory ready at {root}")
+        term.configure(a.out, **_term_options(a))
+    except (ValueError, OSError) as err:
+        raise SystemExit(f"cannot export: {err}") from None
+    try:
+        path = export(a.out, a.db_url, feedback=not a.no_feedback)
+    except FileNotFoundError as err:
+        raise SystemExit(str(err)) from None
+    print(f"wrote {path}, {a.out / 'report.md'}, {a.out / 'manual_review.md'}, the LMS files "
+          f"and {a.out / 'feedback'}/ from the gradebook")
     return 0
+
+
+def _cmd_formgrader(a) -> int:
+    from . import formgrader
+    try:
+        return formgrader.main(a.out, port=a.port, ip=a.ip)
+    except FileNotFoundError as err:
+        raise SystemExit(str(err)) from None
+
+
+def _cmd_release_feedback(a) -> int:
+    from .outputs import release_feedback
+    try:
+        written = release_feedback(a.out, a.to, zip_each=a.zip)
+    except FileNotFoundError as err:
+        raise SystemExit(str(err)) from None
+    print(f"wrote {len(written)} file(s) under {a.to}")
+    return 0
+
+
+def _cmd_course(a) -> int:
+    root = course.make_course(a.dir, course.assignments())
+    course.generate(root, course.assignments(), reuse=True)
+    print(f"nbgrader course directory ready at {root}")
+    return 0
+
+
+COMMANDS = {"build": _cmd_build, "release": _cmd_release, "check": _cmd_check,
+            "manifest": _cmd_manifest, "grade": _cmd_grade, "export": _cmd_export,
+            "formgrader": _cmd_formgrader, "release-feedback": _cmd_release_feedback,
+            "course": _cmd_course}
+
+
+def main(argv=None):
+    a = _parser().parse_args(argv)
+    return COMMANDS[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -135,15 +135,34 @@ def write_report(out: Path, items, names, root: Path, db_url=None, settings=None
     after late penalties, answers waiting for a grader, lateness); `run_items`: the Items of the
     run that wrote it (its timings), none after `tfs-grade export`."""
     marks = marks or {}
-    rates = pass_rates(root, items, names, db_url)
     students = sorted({it.student for it in items})
     totals = {s: sum(it.score for it in items if it.student == s and it.status == "graded")
               for s in students}
     max_total = sum(max((it.max_score for it in items if it.assignment == a), default=0)
                     for a in names)
+    png = _histogram(out, list(totals.values()), max_total, len(students))
+    md = ["# Class report", "", f"Students: {len(students)}; assignments: {', '.join(names)}", ""]
+    md += _score_lines(items, names, marks, totals, max_total)
+    md += ["", "![score histogram](score_histogram.png)", ""]
+    md += _rate_lines(pass_rates(root, items, names, db_url), names)
+    late = [(k, m.late) for k, m in sorted(marks.items()) if m.late]
+    md += ["## Late submissions", ""]
+    md += [f"- **{st} / {a}**: {why}" for (st, a), why in late] or ["None."]
+    md.append("")
+    md += _diagnosis_lines(class_diagnoses(root, items, names), names)
+    md += _review_lines(items)
+    run = out / "grading_run.md"   # the last run's section stays in reports written by export
+    if settings is not None and run_items:
+        run.write_text("\n".join(run_section(run_items, settings)) + "\n")
+    if run.exists():
+        md += ["", *run.read_text().splitlines()]
+    (out / "report.md").write_text("\n".join(md) + "\n")
+    _write_html(out, md, png)
 
+
+def _histogram(out: Path, totals: list, max_total: float, n: int) -> Path:
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    ax.hist(list(totals.values()), bins=min(10, max(3, len(students))), range=(0, max_total or 1),
+    ax.hist(totals, bins=min(10, max(3, n)), range=(0, max_total or 1),
             color="#4c72b0", edgecolor="white")
     ax.set_xlabel(f"total score (out of {max_total:g})")
     ax.set_ylabel("number of students")
@@ -152,13 +171,15 @@ def write_report(out: Path, items, names, root: Path, db_url=None, settings=None
     png = out / "score_histogram.png"
     fig.savefig(png, dpi=110)
     plt.close(fig)
+    return png
 
-    md = ["# Class report", "", f"Students: {len(students)}; assignments: {', '.join(names)}", ""]
-    md += ["## Scores", "", "Scores after any late penalty; answers waiting for a grader are "
-           "shown apart (\"+ N waiting\"), never as 0.", "",
-           "| student | " + " | ".join(names) + " | total | status |",
-           "|---|" + "---|" * len(names) + "---|---|"]
-    for s in students:
+
+def _score_lines(items, names, marks, totals, max_total) -> list[str]:
+    md = ["## Scores", "", "Scores after any late penalty; answers waiting for a grader are "
+          "shown apart (\"+ N waiting\"), never as 0.", "",
+          "| student | " + " | ".join(names) + " | total | status |",
+          "|---|" + "---|" * len(names) + "---|---|"]
+    for s in sorted(totals):
         mine = {it.assignment: it for it in items if it.student == s}
         cells = [_score_cell(mine[a], marks.get((s, a))) if a in mine and mine[a].status == "graded"
                  else "flagged" if a in mine else "" for a in names]
@@ -166,9 +187,13 @@ def write_report(out: Path, items, names, root: Path, db_url=None, settings=None
         if any(marks.get((s, a)) and marks[(s, a)].waiting for a in names):
             status += ", waiting for a grader"
         md.append(f"| {s} | " + " | ".join(cells) + f" | {totals[s]:g}/{max_total:g} | {status} |")
-    md += ["", "![score histogram](score_histogram.png)", "", "## Pass rate per exercise test", "",
-           "Share of graded submissions with full points on each graded cell; answers waiting "
-           "for a grader are counted apart, not as failures.", ""]
+    return md
+
+
+def _rate_lines(rates, names) -> list[str]:
+    md = ["## Pass rate per exercise test", "",
+          "Share of graded submissions with full points on each graded cell; answers waiting "
+          "for a grader are counted apart, not as failures.", ""]
     for a in names:
         md += [f"### {a}", "", "| test | points | full marks | pass rate | waiting for a grader |",
                "|---|---|---|---|---|"]
@@ -176,59 +201,48 @@ def write_report(out: Path, items, names, root: Path, db_url=None, settings=None
             pct = f"{100 * full / n:.0f}%" if n else "n/a"
             md.append(f"| {gid} | {pts:g} | {full}/{n} | {pct} | {waiting or ''} |")
         md.append("")
-    late = [(k, m.late) for k, m in sorted(marks.items()) if m.late]
-    md += ["## Late submissions", ""]
-    md += [f"- **{st} / {a}**: {why}" for (st, a), why in late] or ["None."]
-    md.append("")
-    md += _diagnosis_lines(class_diagnoses(root, items, names), names)
-    review = [(it, f) for it in items for f in getattr(it, "flags", [])]
-    md += ["## For review: scan findings and similar work", "",
-           "The static scan of every submission (a certain shortcut already scored 0; the rest "
-           "is for you to judge), solution cells too similar to the course's, the reference's "
-           "or a classmate's, the instructor's solution notebook handed in, free-text answers "
-           "equal to the model answer or a classmate's (side by side in similarity.html), and "
-           "answers changed since you graded them by hand.", ""]
-    md += [f"- **{it.student} / {it.assignment}**: {f}" for it, f in review] or ["None."]
-    md.append("")
-    flagged = [(it, r) for it in items for r in it.reasons]
-    md += ["## Flagged submissions", ""]
-    if flagged:
-        md += [f"- **{it.student} / {it.assignment}** ({it.status}): {r}" for it, r in flagged]
-    else:
-        md.append("None.")
-    if settings is not None and run_items:
-        md += ["", *run_section(run_items, settings)]
-    text = "\n".join(md) + "\n"
-    (out / "report.md").write_text(text)
+    return md
 
+
+def _review_lines(items) -> list[str]:
+    review = [(it, f) for it in items for f in getattr(it, "flags", [])]
+    md = ["## For review: scan findings and similar work", "",
+          "The static scan of every submission (a certain shortcut already scored 0; the rest "
+          "is for you to judge), solution cells too similar to the course's, the reference's "
+          "or a classmate's, the instructor's solution notebook handed in, free-text answers "
+          "equal to the model answer or a classmate's (side by side in similarity.html), and "
+          "answers changed since you graded them by hand.", ""]
+    md += [f"- **{it.student} / {it.assignment}**: {f}" for it, f in review] or ["None."]
+    md += ["", "## Flagged submissions", ""]
+    flagged = [(it, r) for it in items for r in it.reasons]
+    md += [f"- **{it.student} / {it.assignment}** ({it.status}): {r}" for it, r in flagged] or ["None."]
+    return md
+
+
+def _html_line(line: str, img: str) -> str | None:
+    """One markdown line of the report as HTML, everything in it escaped."""
+    if line.startswith("!["):
+        return f'<img alt="score histogram" src="data:image/png;base64,{img}">'
+    for mark, tag in (("### ", "h3"), ("## ", "h2"), ("# ", "h1")):
+        if line.startswith(mark):
+            return f"<{tag}>{html.escape(line[len(mark):])}</{tag}>"
+    if line.startswith("|---"):
+        return None
+    if line.startswith("|"):
+        cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
+        return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+    if line.startswith("- "):
+        return f"<p>&bull; {html.escape(line[2:]).replace('**', '')}</p>"
+    return f"<p>{html.escape(line).replace('**', '')}</p>" if line else None
+
+
+def _write_html(out: Path, md: list[str], png: Path) -> None:
     img = base64.b64encode(png.read_bytes()).decode()
-    body = []
-    for line in md:
-        if line.startswith("!["):
-            body.append(f'<img alt="score histogram" src="data:image/png;base64,{img}">')
-        elif line.startswith("### "):
-            body.append(f"<h3>{html.escape(line[4:])}</h3>")
-        elif line.startswith("## "):
-            body.append(f"<h2>{html.escape(line[3:])}</h2>")
-        elif line.startswith("# "):
-            body.append(f"<h1>{html.escape(line[2:])}</h1>")
-        elif line.startswith("|---"):
-            continue
-        elif line.startswith("|"):
-            cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
-            body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-        elif line.startswith("- "):
-            body.append(f"<p>&bull; {html.escape(line[2:]).replace('**', '')}</p>")
-        elif line:
-            body.append(f"<p>{html.escape(line).replace('**', '')}</p>")
-    joined, page, in_table = body, [], False
-    for b in joined:
-        if b.startswith("<tr>") and not in_table:
-            page.append("<table border=1 cellspacing=0 cellpadding=4>")
-            in_table = True
-        if not b.startswith("<tr>") and in_table:
-            page.append("</table>")
-            in_table = False
+    page, in_table = [], False
+    for b in filter(None, (_html_line(line, img) for line in md)):
+        if b.startswith("<tr>") != in_table:     # a table starts or ends here
+            page.append("<table border=1 cellspacing=0 cellpadding=4>" if not in_table else "</table>")
+            in_table = not in_table
         page.append(b)
     if in_table:
         page.append("</table>")
