@@ -113,3 +113,18 @@ def test_a_students_own_timestamp_is_not_evidence(tmp_path):
     (tmp_path / "ada" / "timestamp.txt").write_text("2020-01-01 00:00:00 UTC")
     it = next(i for i in intake.collect(tmp_path, [A01]) if i.student == "ada")
     assert it.submitted_from == "file time" and not it.submitted_at.startswith("2020")
+
+
+def test_a_later_ungradable_submission_never_hides_a_grade(tmp_path):
+    """Week 2's download lacks ada's 01 (or holds a broken copy): her 01 grade from week 1
+    stands in the record, with a note; a student never graded stays flagged."""
+    from tfsgrade import record
+    from tfsgrade.intake import Item
+    record.update(tmp_path, [Item("ada", "01_attention", status="graded", flags=["x"])], "2026-10-01T00:00:00Z")
+    record.update(tmp_path, [Item("ada", "01_attention", status="flagged", reasons=["missing notebook"]),
+                             Item("ben", "01_attention", status="flagged", reasons=["missing notebook"])],
+                  "2026-10-08T00:00:00Z")
+    got = {it.student: it for it in record.items(tmp_path)}
+    assert got["ada"].status == "graded" and got["ada"].graded_at == "2026-10-01T00:00:00Z"
+    assert "not graded: missing notebook" in got["ada"].reasons[0] and "x" in got["ada"].flags
+    assert got["ben"].status == "flagged"

@@ -56,11 +56,26 @@ def update(out: Path, items, when: str, sandbox: str = "") -> dict:
     for it in items:
         e = {f: getattr(it, f, None) for f in FIELDS}
         e["graded_at"], e["sandbox"] = when, sandbox
+        old = rec.get(_key(it.student, it.assignment))
+        if it.status == "flagged" and old and old.get("status") == "graded":
+            e = _keep_graded(old, it, when)
         rec[_key(it.student, it.assignment)] = e
     tmp = Path(out) / (RECORD_FILE + ".tmp")
     tmp.write_text(json.dumps(rec, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, Path(out) / RECORD_FILE)
     return rec
+
+
+def _keep_graded(old: dict, it, when: str) -> dict:
+    """A submission graded earlier stands when a later run cannot grade this one (missing from
+    the new download, malformed, ...): its grade is in the gradebook, and the record says why the
+    newer one was not graded."""
+    e = dict(old)
+    why = [f"newer submission ({when}) not graded: {r}; the one graded {old.get('graded_at')} stands"
+           for r in it.reasons] or [f"newer submission ({when}) not graded; the earlier grade stands"]
+    e["reasons"] = list(old.get("reasons") or []) + why
+    e["flags"] = list(old.get("flags") or []) + why
+    return e
 
 
 def items(out: Path) -> list[Item]:
