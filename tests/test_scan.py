@@ -249,3 +249,15 @@ def test_catalogue_raises_no_flag_except_real_shortcuts(assignment):
         elif res.findings:
             problems.append(f"{label}: flagged {[f.describe() for f in res.findings]}")
     assert not problems, "\n".join(problems)
+
+
+def test_a_bpe_library_inside_11_is_flagged_for_review():
+    """11's exercises are BPE written by hand: a call into Hugging Face's tokenizers (which gives
+    the same ids from the same merges) or tiktoken is flagged for review, with its line."""
+    code = ("from tokenizers import Tokenizer as HF, models\n"
+            "class Tokenizer:\n    def encode(self, text):\n"
+            "        return HF(models.BPE(self.vocab, self.merges)).encode(text).ids\n")
+    r = scan.scan_code(code, "Tokenizer")
+    assert any("tokenizers" in f.message for f in r.findings), r.findings
+    assert not scan.scan_code("def train_bpe(text, vocab_size, special_tokens=()):\n"
+                              "    return {}, []\n", "train_bpe").findings

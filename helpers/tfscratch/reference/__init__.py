@@ -25,6 +25,7 @@ _MODULES = [
     "decoder_only",  # solutions/src/08_decoder_only.py
     "modern_decoder",  # solutions/src/09_modern_decoder.py
     "efficient_attention",  # solutions/src/10_efficient_attention.py
+    "tokenizer",  # solutions/src/11_tokenizer.py
 ]
 __all__ = []
 for _name in _MODULES:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable
@@ -139,12 +140,14 @@ class Call:
     memory_limit: int = 0        # bytes the whole process's resident memory may grow by during
                                  # the call (every thread counted); key `.memory`: the growth
                                  # past it, else 0 (vm._measured)
+    take: int | None = None      # the output is an iterator (a generator): consume it into a list
+                                 # (0: all of it; n: its first n items), e.g. encode_iterable
 
 
 def call(*args, method=None, grad=(), backward=None, backward_of="", raises=False,
-         shapes=False, keep=(), memory_limit=0, **kwargs) -> Call:
+         shapes=False, keep=(), memory_limit=0, take=None, **kwargs) -> Call:
     return Call(args, kwargs, method, tuple(grad), backward, backward_of, raises, shapes, tuple(keep),
-                memory_limit)
+                memory_limit, take)
 
 
 def ctor(*args, **kwargs) -> Call:
@@ -176,6 +179,8 @@ class Probe:
     rtol: float = RTOL
     what: str = ""               # what the probe tries, in words, for the message
     compare: Callable | None = None  # (key, got, want) -> message or None, for special keys
+    sizes: bool = False          # also compare the lengths of the lists, tuples and dicts the
+                                 # calls return (a vocabulary or a merge list with extra entries)
 
     def __post_init__(self):
         self.cells = tuple(c if isinstance(c, Cell) else _cell(c, "values") for c in self.cells)
@@ -253,6 +258,8 @@ class _Builder:
         if isinstance(v, Input):
             t = v.build(g)
             self.built[id(v)] = t
+            if not isinstance(t, (torch.Tensor, np.ndarray)):   # text, ids, a vocabulary: values
+                return self.value(t, g)
             d = self.tensor(t)
             if v.device:
                 d["device"] = v.device
@@ -278,6 +285,10 @@ class _Builder:
                     d["load"] = {k: self.tensor(_perturbed(t, g)) for k, t in obj.state_dict().items()}
                 built[id(v)] = (v, d)                               # keep v alive: ids stay unique
             return built[id(v)][1]
+        if isinstance(v, (bytes, bytearray)):
+            return {"$bytes": list(v)}
+        if isinstance(v, dict) and not all(isinstance(k, str) for k in v):   # {id: bytes}
+            return {"$items": [[k, self.value(x, g)] for k, x in v.items()]}
         if isinstance(v, dict) and not any(k.startswith("$") for k in v):
             return {k: self.value(x, g) for k, x in v.items()}
         return v
@@ -302,7 +313,8 @@ class _Builder:
                 "kwargs": {k: self.value(v, g) for k, v in c.kwargs.items()},
                 "grad": list(c.grad), "backward": None if c.backward is None else self.value(c.backward, g),
                 "backward_of": c.backward_of, "raises": c.raises, "shapes": c.shapes,
-                "keep": list(c.keep), **({"memory_limit": c.memory_limit} if c.memory_limit else {})})
+                "keep": list(c.keep), **({"memory_limit": c.memory_limit} if c.memory_limit else {}),
+                **({"take": c.take} if c.take is not None else {})})
         return d
 
 
@@ -472,6 +484,9 @@ def _compare_float(what, got, want, p: Probe) -> str | None:
     return None
 
 
+_SIZED = re.compile(r"^(list|tuple|dict)\[\d+\]$")
+
+
 def judge_probe(p: Probe, want: dict, got: dict) -> str | None:
     """None when the student's captures match the reference's, else what differs."""
     wc, wm, gc, gm = want["caps"], want["meta"], got["caps"], got["meta"]
@@ -494,6 +509,11 @@ def judge_probe(p: Probe, want: dict, got: dict) -> str | None:
         msg = _compare_key(key, np.asarray(gc[key]), np.asarray(w), p)
         if msg:
             return msg
+    if p.sizes:                        # containers: as many entries as the reference's
+        for key, w in wm.items():
+            if key.startswith(f"{p.name}.") and isinstance(w, str) and _SIZED.match(w) \
+                    and gm.get(key) != w and f"{p.name}.error" not in gm:
+                return f"{label(key)} is {gm.get(key) or 'missing'}, expected {w}"
     for key, w in wm.items():          # outputs on the meta device: dtype and device only
         if key.startswith(f"{p.name}.") and isinstance(w, str) and w.endswith("@meta") \
                 and gm.get(key) != w:

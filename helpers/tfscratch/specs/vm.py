@@ -247,6 +247,12 @@ class _Ctx:
                 return _get(self.outs[ci], path)
             if "$ns" in v:
                 return self.ns[v["$ns"]]
+            if "$bytes" in v:                        # a token's bytes
+                return bytes(v["$bytes"])
+            if "$items" in v:                        # a dict whose keys are not strings ({id: bytes})
+                return {k: self.value(x) for k, x in v["$items"]}
+            if "$chunks" in v:                       # a text stream that counts what is read
+                return Chunks(v["$chunks"], v.get("limit"))
             if "$fixture" in v:
                 obj = FIXTURES[v["$fixture"]](*[self.value(a) for a in v.get("args", [])])
                 _load(obj, {k: self.value(x) for k, x in v.get("load", {}).items()}, strict=True)
@@ -255,6 +261,28 @@ class _Ctx:
         if isinstance(v, list):
             return [self.value(x) for x in v]
         return v
+
+
+class StreamReadTooFar(RuntimeError):
+    pass
+
+
+class Chunks:
+    """An iterable of text chunks (a file read piece by piece) that refuses to be read past
+    `limit` chunks: a call that must stream (yield its first results after reading a few
+    chunks) shows that it reads everything first."""
+
+    def __init__(self, chunks, limit=None):
+        self.chunks, self.limit = list(chunks), limit
+
+    def __iter__(self):
+        for i, c in enumerate(self.chunks):
+            if self.limit is not None and i >= self.limit:
+                raise StreamReadTooFar(
+                    f"read more than {self.limit} of the stream's {len(self.chunks)} chunks before "
+                    "the first results were taken: yield as you read (a generator), do not read "
+                    "the whole stream first")
+            yield c
 
 
 def _get(out, path):
@@ -297,12 +325,21 @@ def _capture(out, prefix, caps, meta):
         meta[prefix] = type(out).__name__
     elif out is None:
         meta[prefix] = "None"
+    elif isinstance(out, (bytes, bytearray)):                         # a token's bytes
+        caps[prefix] = np.frombuffer(bytes(out), dtype=np.uint8).copy()
+        meta[prefix] = "bytes"
+    elif isinstance(out, str):                                        # text: its UTF-8 bytes
+        caps[prefix] = np.frombuffer(out.encode("utf-8", "surrogatepass"), dtype=np.uint8).copy()
+        meta[prefix] = "str"
+    elif isinstance(out, list) and all(type(o) is int for o in out):
+        caps[prefix] = np.asarray(out, dtype=np.int64)                # token ids: one array
+        meta[prefix] = f"list[{len(out)}]"
     elif isinstance(out, (tuple, list)):
         meta[prefix] = f"{type(out).__name__}[{len(out)}]"
         for i, o in enumerate(out):
             _capture(o, f"{prefix}.{i}", caps, meta)
     elif isinstance(out, dict):
-        meta[prefix] = "dict"
+        meta[prefix] = f"dict[{len(out)}]"
         for k, o in out.items():
             _capture(o, f"{prefix}.{k}", caps, meta)
     else:
@@ -774,6 +811,13 @@ def run_probe(probe: dict, target, tensors: dict, namespace: dict,
                         grew if grew > call["memory_limit"] else 0, dtype=np.int64)
                 else:
                     out = fn(*args, **kwargs)
+                if call.get("take") is not None:   # an iterator: its first `take` items (0: all)
+                    items = []
+                    for item in out:
+                        items.append(item)
+                        if call["take"] and len(items) >= call["take"]:
+                            break
+                    out = items
                 ctx.outs[ci] = out
                 _capture(out, f"{key}.out", caps, meta)
                 for i in call.get("keep", []):     # arguments updated in place (running stats)

@@ -1,0 +1,616 @@
+#| default_exp tokenizer
+# %% [markdown]
+# # 11 · Tokenization: byte-level BPE from scratch
+#
+# Every model so far read token ids from a toy vocabulary: five words in 08, a few dozen
+# characters in 09. Real language models read **text**, any text: English, Chinese, emoji, code,
+# a typo, a number they never saw. Between the text and the ids sits the tokenizer, and the one
+# GPT-2 introduced and most open models still use is **byte-level byte-pair encoding (BPE)**
+# (Sennrich et al., 2016; Radford et al., 2019). In this notebook you:
+#
+# 1. see text as **bytes**: UTF-8, and why a Chinese character costs three of them;
+# 2. split text into **pre-tokens** with GPT-2's regular expression;
+# 3. write **`train_bpe`**: learn merges from a corpus, with the pair counts updated
+#    incrementally after each merge, special tokens never split or merged;
+# 4. write a **`Tokenizer`**: `encode`, `decode` and `encode_iterable` (a file streamed in
+#    bounded memory), special tokens such as `<|endoftext|>` kept whole;
+# 5. look at what tokenization does to **Chinese** text, how **compression** (bytes per token)
+#    grows with the vocabulary, and why **numbers and rare words** fall apart into pieces.
+#
+# **How the exercises work.** A cell that says `# YOUR CODE HERE` is yours: replace the
+# `raise NotImplementedError()` with your code. The cell after it checks your work and, when
+# something is off, tells you what and why. Run every cell from the top (*Run → Run All
+# Cells*). Hidden tests with other texts and seeds run when your work is graded.
+#
+# **What you may use.** Python's standard library (`collections.Counter`, `defaultdict`), the
+# `regex` package and the helper `pretokenize` given below. Not Hugging Face `tokenizers`,
+# `tiktoken` or `sentencepiece`: the point is to build what they do (the course's own tests
+# compare your tokenizer with Hugging Face's).
+
+# %% [setup] setup_imports
+import os
+import time
+from collections import Counter, defaultdict
+
+import matplotlib.pyplot as plt
+import regex
+
+from tfscratch import checks, corpus
+from tfscratch import reference as R
+from tfscratch.fallback import pick
+
+GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))  # autograding: skip the slower demos
+%matplotlib inline
+
+chk = checks.notebook("11_tokenizer")  # the graded checks of this notebook
+
+# %% [markdown]
+# ## 1. Text is bytes
+#
+# A Python `str` is a sequence of Unicode **code points** (about 150,000 are assigned). A model
+# cannot have an embedding row for each of them, and a vocabulary of *words* would never cover
+# every name and typo. Computers store text as **bytes**, and UTF-8 writes each code point as 1
+# to 4 of them:
+#
+# | code points | bytes | examples |
+# | --- | --- | --- |
+# | U+0000 – U+007F | 1 | ASCII: `a`, `7`, `?` |
+# | U+0080 – U+07FF | 2 | `é`, `ß`, Greek, Cyrillic |
+# | U+0800 – U+FFFF | 3 | Chinese `中`, Japanese kana, `€` |
+# | U+10000 – U+10FFFF | 4 | emoji `🙂`, rare CJK |
+#
+# So 256 byte values spell **every** string: a byte-level tokenizer has no "unknown token".
+# The price is length: Chinese text is three times longer in bytes than in characters.
+
+# %%
+for s in ["hello", "héllo", "中文", "🙂", "床前明月光"]:
+    b = s.encode("utf-8")
+    print(f"{s!r:10} {len(s)} characters -> {len(b):2d} bytes: {list(b)}")
+
+english, chinese = corpus.sample("english"), corpus.sample("chinese")
+bpc = {name: len(t.encode("utf-8")) / len(t) for name, t in [("English sample", english), ("Chinese sample", chinese)]}
+fig, ax = plt.subplots(figsize=(5, 2.6))
+ax.barh(list(bpc), list(bpc.values()), color=["tab:blue", "tab:red"])
+ax.set(xlabel="UTF-8 bytes per character", title="the same number of characters, three times the bytes")
+fig.tight_layout()
+
+# %% [markdown]
+# Decoding is the reverse, and it can fail: the bytes of `中` are `e4 b8 ad`, and the first two
+# alone are not a character. `bytes.decode("utf-8")` raises on them; with `errors="replace"`
+# it writes the replacement character `�` (U+FFFD) instead. A model that generates tokens one
+# at a time will produce such half characters, so a tokenizer's `decode` must not crash on them.
+
+# %%
+half = "中".encode("utf-8")[:2]
+try:
+    half.decode("utf-8")
+except UnicodeDecodeError as e:
+    print("strict:", e)
+print("errors='replace':", half.decode("utf-8", errors="replace"))
+
+# %% [markdown]
+# ## 2. Pre-tokenization: GPT-2's pattern
+#
+# BPE merges frequent neighbours. Run on raw text, it would learn tokens such as `"e t"` or
+# `"g. T"` that glue the end of one word to the start of the next, wasting the vocabulary on
+# accidents of word order. So the text is first cut into **pre-tokens**, and merges never
+# cross a pre-token boundary. GPT-2 cuts with this regular expression (the `regex` package
+# understands `\p{L}`, any letter of any script, and `\p{N}`, any number):
+#
+# ```
+# '(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+# ```
+#
+# Read it alternative by alternative: English contractions (`'s`, `'ll`, ...); a run of letters
+# with at most one leading space; a run of digits with one leading space; a run of punctuation
+# with one leading space; whitespace that is not followed by a non-space (so the last space
+# before a word stays with the word); any other whitespace. The space belongs to the **next**
+# word: `" world"` is one pre-token, and `"world"` at the start of a line is another.
+
+# %%
+PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+for s in ["Hello, world! It's 2024.", "I'll pay $12345.67   now", "床前明月光，疑是地上霜。", "naïve 🙂🙂 café"]:
+    print(regex.findall(PATTERN, s))
+
+# %% [markdown]
+# Two things to notice. Numbers stay whole in pre-tokenization (`' 12345'`), so how they split
+# depends only on which digit groups the merges learned. And Chinese is written without
+# spaces: `\p{L}+` takes a whole clause, `床前明月光`, as **one** pre-token, so BPE is free to
+# learn merges that span characters and form words.
+#
+# ## 3. Byte-pair encoding: the merge rule
+#
+# Start with every pre-token as a sequence of single bytes, count every **adjacent pair** inside
+# pre-tokens (weighted by how often the pre-token occurs), and replace the most frequent pair
+# by a new token, their concatenation. Repeat. Formally, with pre-token counts $c(w)$:
+#
+# $$\operatorname{count}(a, b) = \sum_{w} c(w) \cdot \#\{i : w_i = a,\ w_{i+1} = b\}, \qquad
+# (a^*, b^*) = \arg\max_{(a, b)} \big(\operatorname{count}(a, b),\ (a, b)\big).$$
+#
+# The second key breaks ties: among pairs with the same count, take the **lexicographically
+# greatest pair of byte strings** (compare `a` first, then `b`, as Python compares
+# `(bytes, bytes)` tuples). The rule is arbitrary but fixed, so two correct trainers give the
+# same merges. The vocabulary is numbered like this:
+#
+# - ids 0-255: the single bytes (id = byte value);
+# - then the special tokens, in the order given (they are never split, merged or counted);
+# - then one id per merge, in merge order;
+#
+# and training stops when the vocabulary has `vocab_size` entries (or no pair is left). Here is
+# the textbook example, counted by brute force:
+
+# %%
+toy = "low low low low low lower lower widest widest widest newest newest newest newest newest newest"
+words = Counter(regex.findall(PATTERN, toy))
+print(words)
+seqs = {w: [bytes([b]) for b in w.encode()] for w in words}
+pairs = Counter()
+for w, c in words.items():
+    for a, b in zip(seqs[w], seqs[w][1:]):
+        pairs[a, b] += c
+top = sorted(pairs.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)[:6]
+for (a, b), c in top:
+    print(f"{c:3d}  {a!r} + {b!r}")
+print("first merge:", max(pairs, key=lambda p: (pairs[p], p)))
+
+# %% [markdown]
+# `(b's', b't')` and `(b'e', b's')` both occur 9 times; the tie rule picks `(b's', b't')`
+# because `b's' > b'e'`.
+#
+# **Counting incrementally.** Recounting every pair of the corpus after each merge costs a pass
+# over the whole corpus per merge. But a merge of `(a, b)` changes only the pre-tokens that
+# contain `a b`; every other count stays as it was. So keep, next to the pair counts, the set of
+# pre-tokens each pair occurs in; for each affected pre-token, subtract the counts of its old
+# pairs, merge, and add the counts of its new pairs. With tens of thousands of merges on a large
+# corpus, that is the difference between minutes and days.
+#
+# ### Exercise 1: `train_bpe`
+#
+# `train_bpe(text, vocab_size, special_tokens=())` returns `(vocab, merges)`:
+#
+# - `vocab`: `dict[int, bytes]`, ids numbered as above (`vocab[256]` is the first special token's
+#   UTF-8 bytes, if any);
+# - `merges`: `list[tuple[bytes, bytes]]`, in the order they were made.
+#
+# Steps: split `text` on the special tokens (they are removed from the training text, and no pair
+# is counted across them); pre-tokenize each piece with `pretokenize`; count the pre-tokens;
+# then merge, most frequent pair first, ties to the greatest pair, updating the counts
+# incrementally, until `len(vocab) == vocab_size` or no pair is left. The cell starts with
+# `pretokenize`, the pattern above compiled once (given: keep it). A regular expression that
+# splits on the special tokens: `regex.split("|".join(regex.escape(t) for t in special_tokens), text)`.
+
+# %% [solution] train_bpe
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+GPT2_SPLIT = regex.compile(GPT2_PATTERN)
+
+
+def pretokenize(text):
+    """GPT-2's pre-tokens of `text` (a list of str); joined, they give `text` back. Given."""
+    return GPT2_SPLIT.findall(text)
+
+
+def train_bpe(text, vocab_size, special_tokens=()):
+    """Byte-level BPE: learn merges from `text` until the vocabulary has `vocab_size` entries.
+
+    Returns (vocab, merges): vocab {id: bytes} with ids 0-255 the bytes, then the special tokens,
+    then one id per merge; merges [(bytes, bytes)] in merge order. Pairs are counted inside
+    GPT-2 pre-tokens only; the most frequent pair is merged first, ties broken by the greatest
+    (bytes, bytes) pair.
+    """
+    ### BEGIN SOLUTION
+    vocab = {i: bytes([i]) for i in range(256)}
+    for tok in special_tokens:
+        vocab[len(vocab)] = tok.encode("utf-8")
+    pieces = regex.split("|".join(regex.escape(t) for t in special_tokens), text) if special_tokens else [text]
+    counts = Counter(w for piece in pieces for w in pretokenize(piece))
+    words = [[bytes([b]) for b in w.encode("utf-8")] for w in counts]  # each pre-token as byte tokens
+    freq = list(counts.values())
+    pairs, where = Counter(), defaultdict(set)  # pair -> count, pair -> pre-tokens holding it
+    for i, w in enumerate(words):
+        for p in zip(w, w[1:]):
+            pairs[p] += freq[i]
+            where[p].add(i)
+    merges = []
+    while len(vocab) < vocab_size and pairs:
+        best = max(pairs, key=lambda p: (pairs[p], p))  # most frequent, then greatest pair
+        merges.append(best)
+        vocab[len(vocab)] = best[0] + best[1]
+        for i in where.pop(best):  # only the pre-tokens holding the pair change
+            w, f = words[i], freq[i]
+            for p in zip(w, w[1:]):  # take out the old pairs...
+                pairs[p] -= f
+                if pairs[p] == 0:
+                    del pairs[p]
+            merged, j = [], 0
+            while j < len(w):
+                if j + 1 < len(w) and (w[j], w[j + 1]) == best:
+                    merged.append(w[j] + w[j + 1])
+                    j += 2
+                else:
+                    merged.append(w[j])
+                    j += 1
+            for p in zip(merged, merged[1:]):  # ...and put the new ones in
+                pairs[p] += f
+                where[p].add(i)
+            words[i] = merged
+    return vocab, merges
+    ### END SOLUTION
+
+# %% [test] test_train_bpe_tiny 1
+chk.test_train_bpe_tiny(train_bpe)
+
+# %% [test] test_train_bpe_pretokens 1
+chk.test_train_bpe_pretokens(train_bpe)
+
+# %% [test] test_train_bpe_ties 1
+chk.test_train_bpe_ties(train_bpe)
+
+# %% [test] test_train_bpe_special_tokens 1
+chk.test_train_bpe_special_tokens(train_bpe)
+
+# %% [test] test_train_bpe_unicode 2
+chk.test_train_bpe_unicode(train_bpe)
+### BEGIN HIDDEN TESTS
+chk.test_train_bpe_unicode(train_bpe, seed=1103)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Training on real text
+#
+# The course ships two small public-domain samples (`tfscratch.corpus`): English prose and
+# verse, and Chinese Tang poems and classics. We train one vocabulary of 700 tokens on both,
+# with `<|endoftext|>` between documents, and look at the first merges. (Until your
+# `train_bpe` passes, the demonstrations use the course's own.)
+
+# %%
+train_bpe_fn = pick("train_bpe", lambda: train_bpe, lambda: R.train_bpe, check=lambda f: f("ab ab", 257))
+docs = english.split("\n\n") + chinese.split("\n\n")
+held_out_en, held_out_zh = docs[5], docs[-1]  # kept out of training for the measurements
+train_text = "<|endoftext|>".join(d for d in docs if d not in (held_out_en, held_out_zh))
+t0 = time.perf_counter()
+vocab, merges = train_bpe_fn(train_text, 700, ["<|endoftext|>"])
+print(f"trained {len(merges)} merges on {len(train_text.encode()):,} bytes in {time.perf_counter() - t0:.2f} s")
+def shown(b):
+    """A token as text when its bytes are whole characters, else as bytes."""
+    try:
+        return repr(b.decode("utf-8"))
+    except UnicodeDecodeError:
+        return repr(b)
+
+
+print("first 20 merges:", ", ".join(shown(a + b) for a, b in merges[:20]))
+lengths = [len(vocab[256 + 1 + i]) for i in range(len(merges))]
+fig, ax = plt.subplots(figsize=(7, 2.8))
+ax.plot(lengths, ".", ms=3)
+ax.set(xlabel="merge number", ylabel="bytes in the new token", title="later merges build longer tokens")
+ax.grid(alpha=0.3)
+fig.tight_layout()
+
+# %% [markdown]
+# The first merges are the commonest letter pairs of English (` t`, ` th`, `er`, ...), the
+# Chinese comma and full stop (3 bytes each, very frequent), and pairs of bytes that begin many
+# Chinese characters (shown as `b'...'`: not a character yet); later merges build whole words.
+#
+# ## 4. Encoding, decoding and streaming
+#
+# **Encoding** a string applies the learned merges to each pre-token. The rule: among the
+# adjacent pairs of the pre-token that have a merge, merge the one with the **lowest rank**
+# (learned earliest), everywhere it occurs; repeat until no pair has a merge. This reproduces
+# what training did to that pre-token. Then map each resulting byte string to its id.
+#
+# **Special tokens** are cut out first and become their own id, never split into pieces:
+# `<|endoftext|>` in a text means "a document ends here", not the 13 characters. When one special
+# token is a prefix of another (`<|endoftext|>` and `<|endoftext|><|endoftext|>`), the **longest**
+# one that matches wins (sort them by length, longest first, in the alternation of the regular
+# expression, and use a capturing group so `regex.split` keeps them).
+#
+# **Decoding** joins the tokens' bytes and decodes **once**, with `errors="replace"`: one Chinese
+# character may be split over two tokens, so decoding token by token is wrong.
+#
+# **Streaming.** `encode_iterable(chunks)` takes any iterable of strings (a file object yields
+# its lines) and yields ids lazily, so a file of gigabytes is encoded in bounded memory. It must
+# give exactly `encode("".join(chunks))`, however the text was cut. A chunk may end in the middle
+# of a word, a contraction or a special token, so keep the end of the buffer back until the next
+# chunk shows how it continues: the last pre-token (and one that starts within 3 characters of
+# the end: `'` may still become `'ll`), and any suffix that could be the beginning of a special
+# token.
+#
+# ### Exercise 2: `Tokenizer`
+#
+# `Tokenizer(vocab, merges, special_tokens=None)` with:
+#
+# - `encode(text) -> list[int]`: special tokens (longest first) kept whole as their vocabulary id
+#   (the id whose bytes are the token's UTF-8; a special token missing from `vocab` gets the next
+#   free id), the rest pre-tokenized and each pre-token merged in rank order;
+# - `decode(ids) -> str`: the bytes of the ids joined, then decoded with `errors="replace"`;
+# - `encode_iterable(iterable)`: a generator of ids, equal to `encode` of the concatenation.
+
+# %% [solution] Tokenizer
+class Tokenizer:
+    """Byte-level BPE tokenizer from a trained (vocab, merges) and optional special tokens."""
+
+    def __init__(self, vocab, merges, special_tokens=None):
+        ### BEGIN SOLUTION
+        self.vocab = dict(vocab)
+        self.ranks = {pair: r for r, pair in enumerate(merges)}  # pair -> rank (earlier = first)
+        self.special_tokens = sorted(special_tokens or [], key=len, reverse=True)  # longest first
+        self.ids = {b: i for i, b in sorted(self.vocab.items(), reverse=True)}  # bytes -> id
+        for tok in special_tokens or []:  # missing from vocab: the next free ids, in the order given
+            if tok.encode("utf-8") not in self.ids:
+                self.ids[tok.encode("utf-8")] = len(self.vocab)
+                self.vocab[len(self.vocab)] = tok.encode("utf-8")
+        self.special_split = (regex.compile("(" + "|".join(regex.escape(t) for t in self.special_tokens) + ")")
+                              if self.special_tokens else None)
+        self.cache = {}
+        ### END SOLUTION
+
+    def encode(self, text):
+        ### BEGIN SOLUTION
+        def merge(word):  # one pre-token's bytes -> ids: the lowest-ranked pair first, until none
+            parts = [bytes([b]) for b in word]
+            while len(parts) > 1:
+                rank, best = min((self.ranks.get(p, len(self.ranks)), p) for p in zip(parts, parts[1:]))
+                if rank == len(self.ranks):
+                    break
+                merged, j = [], 0
+                while j < len(parts):
+                    if j + 1 < len(parts) and (parts[j], parts[j + 1]) == best:
+                        merged.append(parts[j] + parts[j + 1])
+                        j += 2
+                    else:
+                        merged.append(parts[j])
+                        j += 1
+                parts = merged
+            return [self.ids[p] for p in parts]
+
+        ids = []
+        pieces = self.special_split.split(text) if self.special_split else [text]
+        for k, piece in enumerate(pieces):
+            if k % 2 == 1:  # odd places hold the special tokens the split kept
+                ids.append(self.ids[piece.encode("utf-8")])
+                continue
+            for word in pretokenize(piece):
+                if word not in self.cache:
+                    self.cache[word] = merge(word.encode("utf-8"))
+                ids.extend(self.cache[word])
+        return ids
+        ### END SOLUTION
+
+    def decode(self, ids):
+        ### BEGIN SOLUTION
+        return b"".join(self.vocab[i] for i in ids).decode("utf-8", errors="replace")
+        ### END SOLUTION
+
+    def encode_iterable(self, iterable):
+        ### BEGIN SOLUTION
+        def safe_cut(text):  # how much of `text` encodes the same whatever follows it
+            hold = len(text)
+            for tok in self.special_tokens:  # a suffix that may still grow into a special token
+                for k in range(1, min(len(tok), len(text) + 1)):
+                    if text.endswith(tok[:k]):
+                        hold = min(hold, len(text) - k)
+            last = 0
+            if self.special_split:
+                for m in self.special_split.finditer(text):
+                    if m.start() < hold < m.end():  # never cut a special token in two
+                        hold = m.start()
+                    if m.end() <= hold:
+                        last = m.end()
+            piece = text[last:hold]
+            starts = [m.start() for m in GPT2_SPLIT.finditer(piece)]
+            if not starts:
+                return hold
+            late = [s for s in starts if s >= len(piece) - 3]  # a contraction may still change them
+            return last + min([starts[-1]] + late)
+
+        buffer = ""
+        for chunk in iterable:
+            buffer += chunk
+            cut = safe_cut(buffer)
+            if cut:
+                yield from self.encode(buffer[:cut])
+                buffer = buffer[cut:]
+        if buffer:
+            yield from self.encode(buffer)
+        ### END SOLUTION
+
+# %% [test] test_Tokenizer_encode 2
+chk.test_Tokenizer_encode(Tokenizer)
+### BEGIN HIDDEN TESTS
+chk.test_Tokenizer_encode(Tokenizer, seed=1104)
+### END HIDDEN TESTS
+
+# %% [test] test_Tokenizer_roundtrip 2
+chk.test_Tokenizer_roundtrip(Tokenizer)
+### BEGIN HIDDEN TESTS
+chk.test_Tokenizer_roundtrip(Tokenizer, seed=1105)
+### END HIDDEN TESTS
+
+# %% [test] test_Tokenizer_decode 1
+chk.test_Tokenizer_decode(Tokenizer)
+
+# %% [test] test_Tokenizer_special_tokens 1
+chk.test_Tokenizer_special_tokens(Tokenizer)
+
+# %% [test] test_Tokenizer_encode_iterable 2
+chk.test_Tokenizer_encode_iterable(Tokenizer)
+### BEGIN HIDDEN TESTS
+chk.test_Tokenizer_encode_iterable(Tokenizer, seed=1106)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# One sentence, encoded, with each token shown between bars:
+
+# %%
+Tok = pick("Tokenizer", lambda: Tokenizer, lambda: R.Tokenizer,
+           check=lambda T: T({i: bytes([i]) for i in range(256)}, []).encode("a"))
+tok = Tok(vocab, merges, ["<|endoftext|>"])
+
+
+def show(text):
+    ids = tok.encode(text)
+    pieces = [tok.vocab[i].decode("utf-8", "replace") for i in ids]
+    print(f"{len(text.encode()):3d} bytes -> {len(ids):3d} tokens: |" + "|".join(pieces) + "|")
+    return ids
+
+
+ids = show("It is a truth universally acknowledged.<|endoftext|>床前明月光")
+print(ids)
+print("round trip:", tok.decode(ids))
+
+# %% [markdown]
+# ## 5. What tokenization does to Chinese text
+#
+# A Chinese character is 3 bytes, so before any merge it costs 3 tokens. The first merges for
+# Chinese join the lead bytes that many characters share (all of U+4E00-U+4FFF begin with `e4`);
+# then whole characters appear, then frequent words. Below: among our merges, those whose bytes
+# are a complete Chinese text, and how many bytes and characters each holds.
+
+# %%
+def is_chinese(b):
+    try:
+        s = b.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return len(s) > 0 and all("\u4e00" <= c <= "\u9fff" for c in s)
+
+
+first = 256 + 1
+zh = [(i - first, vocab[i].decode()) for i in range(first, len(vocab)) if is_chinese(vocab[i])]
+partial = sum(1 for i in range(first, len(vocab)) if vocab[i][0] >= 0xE0 and not is_chinese(vocab[i]))
+print(f"{len(zh)} merges form whole Chinese characters or words; {partial} are pieces of a character")
+print("characters:", [s for _, s in zh if len(s) == 1][:20])
+print("words:     ", [s for _, s in zh if len(s) > 1][:20])
+fig, ax = plt.subplots(figsize=(7, 2.8))
+ax.scatter([i for i, _ in zh], [len(s) for _, s in zh], s=12, color="tab:red")
+ax.set(xlabel="merge number", ylabel="characters in the token", title="Chinese tokens: characters first, then words")
+ax.grid(alpha=0.3)
+fig.tight_layout()
+
+# %% [markdown]
+# With a vocabulary trained mostly on English, Chinese text stays expensive: compare the tokens
+# per character of the held-out English and Chinese paragraphs, and what a Chinese-only
+# vocabulary of the same size gives. (Our Chinese sample is under 2 KB, so even its own
+# vocabulary only saves a little on an unseen poem: most of its characters occur once. Trained
+# on megabytes, frequent characters and words become single tokens.)
+
+# %%
+zh_vocab, zh_merges = train_bpe_fn("<|endoftext|>".join(d for d in chinese.split("\n\n") if d != held_out_zh), 700, ["<|endoftext|>"])
+zh_tok = Tok(zh_vocab, zh_merges, ["<|endoftext|>"])
+for name, text, t in [("English, mixed vocabulary", held_out_en, tok), ("Chinese, mixed vocabulary", held_out_zh, tok),
+                      ("Chinese, Chinese vocabulary", held_out_zh, zh_tok)]:
+    n = len(t.encode(text))
+    print(f"{name:28}: {len(text):4d} characters, {len(text.encode()):4d} bytes, {n:4d} tokens, "
+          f"{n / len(text):.2f} tokens per character")
+
+# %% [markdown]
+# ## 6. Compression against vocabulary size
+#
+# A tokenizer with the first $k$ merges is a smaller tokenizer of the same family, so one training
+# run gives the whole curve. The **compression ratio**, bytes per token on held-out text, rises
+# quickly with the first merges and then slowly: the long tail of words is rare.
+
+# %%
+def with_merges(k):
+    v = {i: vocab[i] for i in range(first + k)}
+    return Tok(v, merges[:k], ["<|endoftext|>"])
+
+
+sizes = [0, 25, 50, 100, 200, 300, 443] if GRADING else [0, 10, 25, 50, 100, 150, 200, 300, 400, len(merges)]
+ratios = {name: [] for name in ("English", "Chinese")}
+for k in sizes:
+    t = with_merges(k)
+    for name, text in (("English", held_out_en), ("Chinese", held_out_zh)):
+        ratios[name].append(len(text.encode()) / len(t.encode(text)))
+fig, ax = plt.subplots(figsize=(7, 3))
+for name, r in ratios.items():
+    ax.plot([first + k for k in sizes], r, "o-", label=f"held-out {name}")
+ax.set(xlabel="vocabulary size", ylabel="bytes per token", title="compression grows with the vocabulary, then slowly")
+ax.grid(alpha=0.3)
+ax.legend()
+fig.tight_layout()
+
+# %% [markdown]
+# GPT-2's 50,257 tokens give about 4 bytes per token on English web text; models that serve many
+# languages use 100,000 to 250,000 tokens, mostly so that text like Chinese does not cost three
+# times as much context (and money) as English.
+#
+# ## 7. Why numbers and rare words split
+#
+# The merges are whatever was **frequent in the training text**. A common word becomes one token;
+# a rare word or a name falls apart into the pieces that did occur. Numbers show it most
+# clearly: our sample holds a handful of years, so no digit pair was ever frequent enough to
+# merge and every number is spelled digit by digit. A tokenizer trained on the web (GPT-2's)
+# does learn digit groups, but which ones depends on their frequency: `1234567` and `1234568`
+# may split into different, arbitrary groupings, one reason arithmetic is hard for language
+# models (newer tokenizers split numbers into single digits or groups of three on purpose).
+
+# %%
+for s in [" the nation", " consecrated", " antidisestablishmentarianism", " Gettysburg", " 1863", " 1234567", " 1234568"]:
+    show(s)
+
+# %% [markdown]
+# ## 8. Streaming a file in bounded memory
+#
+# A file object yields its lines one at a time, so `encode_iterable(open(path))` never holds the
+# whole file. We write the English sample 20 times to a temporary file and encode it both ways.
+
+# %%
+import tempfile
+
+with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as f:
+    f.write((english + "<|endoftext|>") * (5 if GRADING else 20))
+    path = f.name
+t0 = time.perf_counter()
+with open(path, encoding="utf-8") as f:
+    streamed = list(tok.encode_iterable(f))
+t_stream = time.perf_counter() - t0
+with open(path, encoding="utf-8") as f:
+    whole = tok.encode(f.read())
+os.remove(path)
+print(f"{len(streamed):,} tokens, streamed == whole: {streamed == whole}, {t_stream:.2f} s streaming")
+
+# %% [markdown]
+# ## Questions to answer in your own words
+#
+# Write a few sentences in each answer cell (double-click it to edit). These answers are read
+# and graded by your instructor.
+
+# %% [markdown]
+# **Question 1.** Why does a byte-level BPE tokenizer never need an "unknown" token, and what does
+# it cost for Chinese text?
+
+# %% [answer] q_bytes 1
+# ### BEGIN SOLUTION
+# Its base vocabulary is the 256 byte values, and every string is a sequence of UTF-8 bytes, so
+# every text can be encoded (in the worst case byte by byte). The cost: a Chinese character is 3
+# bytes, so unless the vocabulary learned merges for Chinese characters and words, Chinese text
+# takes up to three tokens per character: more context used, slower and more expensive.
+# ### END SOLUTION
+
+# %% [markdown]
+# **Question 2.** Why are pairs counted inside pre-tokens only, and why does the tie rule matter?
+
+# %% [answer] q_pretokens 1
+# ### BEGIN SOLUTION
+# Counting across pre-token boundaries lets merges glue the end of one word to the start of the
+# next (`e` + ` t`), spending the vocabulary on accidents of word order instead of reusable word
+# pieces. The tie rule makes training deterministic: without a fixed rule, two correct trainers
+# (or two runs with another dict order) learn different merges and give different ids.
+# ### END SOLUTION
+
+# %% [markdown]
+# ## 9. Mistakes worth recognising
+#
+# | mistake | what happens |
+# | --- | --- |
+# | counting pairs across pre-token boundaries (BPE on the raw text) | tokens such as `e t` that glue words together |
+# | ties broken by the smallest pair, or by first occurrence | other merges than every other trainer's |
+# | special tokens trained on as text, or removed and the pieces joined | `<|` and `endoftext` merged; pairs counted across documents |
+# | special tokens numbered after the merges, or not counted in `vocab_size` | ids that disagree with the model's embedding table |
+# | encoding by applying the first pair found instead of the lowest rank | other tokens than training produced |
+# | special tokens matched shortest first | `<|endoftext|><|endoftext|>` becomes two tokens |
+# | decoding token by token, or with `errors="strict"` | `�` inside Chinese characters, or a crash on a half character |
+# | `encode_iterable` that encodes each chunk alone, or reads everything first | wrong ids where a chunk cuts a word; no streaming |
+#
+# **Where next.** Notebook 12 trains a language model on these ids.
