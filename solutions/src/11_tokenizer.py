@@ -28,6 +28,7 @@
 # compare your tokenizer with Hugging Face's).
 
 # %% [setup] setup_imports
+import heapq
 import os
 import time
 from collections import Counter, defaultdict
@@ -162,7 +163,10 @@ print("first merge:", max(pairs, key=lambda p: (pairs[p], p)))
 # contain `a b`; every other count stays as it was. So keep, next to the pair counts, the set of
 # pre-tokens each pair occurs in; for each affected pre-token, subtract the counts of its old
 # pairs, merge, and add the counts of its new pairs. With tens of thousands of merges on a large
-# corpus, that is the difference between minutes and days.
+# corpus, that is the difference between minutes and days. Finding the most frequent pair need
+# not scan every count either: the solution keeps a heap of (count, pair) entries, pushes a new
+# entry when a count changes and skips the entries that went stale (a `max` over the counts is
+# correct too, just slower on a large corpus).
 #
 # ### Exercise 1: `train_bpe`
 #
@@ -210,15 +214,24 @@ def train_bpe(text, vocab_size, special_tokens=()):
         for p in zip(w, w[1:]):
             pairs[p] += freq[i]
             where[p].add(i)
+    def entry(p):  # heap order: most frequent first, then the greatest pair (bytes inverted)
+        return (-pairs[p], *(tuple(255 - x for x in b) + (256,) for b in p), p)
+
+    heap = [entry(p) for p in pairs]
+    heapq.heapify(heap)
     merges = []
     while len(vocab) < vocab_size and pairs:
-        best = max(pairs, key=lambda p: (pairs[p], p))  # most frequent, then greatest pair
+        *key, best = heapq.heappop(heap)
+        if pairs.get(best) != -key[0]:  # stale: the count changed after this entry was pushed
+            continue
         merges.append(best)
         vocab[len(vocab)] = best[0] + best[1]
+        changed = set()
         for i in where.pop(best):  # only the pre-tokens holding the pair change
             w, f = words[i], freq[i]
             for p in zip(w, w[1:]):  # take out the old pairs...
                 pairs[p] -= f
+                changed.add(p)
                 if pairs[p] == 0:
                     del pairs[p]
             merged, j = [], 0
@@ -232,7 +245,10 @@ def train_bpe(text, vocab_size, special_tokens=()):
             for p in zip(merged, merged[1:]):  # ...and put the new ones in
                 pairs[p] += f
                 where[p].add(i)
+                changed.add(p)
             words[i] = merged
+        for p in changed & pairs.keys():  # their new counts, the old entries left stale
+            heapq.heappush(heap, entry(p))
     return vocab, merges
     ### END SOLUTION
 

@@ -18,7 +18,7 @@ def _solution(name):
                      and "### END SOLUTION" not in ln) + "\n"
 
 
-TRAIN, TOK = _solution("train_bpe"), _solution("Tokenizer")
+HEAP, TOK = _solution("train_bpe"), _solution("Tokenizer")
 
 
 def _edit(code, *swaps):
@@ -26,6 +26,25 @@ def _edit(code, *swaps):
         assert old in code, f"catalogue edit does not apply: {old!r}"
         code = code.replace(old, new, 1)
     return code
+
+
+# The solution finds the best pair with a heap; most students write a `max` over the counts (a
+# valid variant, below), so the trainer's mistakes are edits of that plainer version.
+TRAIN = _edit(
+    HEAP,
+    "    def entry(p):  # heap order: most frequent first, then the greatest pair (bytes inverted)\n"
+    "        return (-pairs[p], *(tuple(255 - x for x in b) + (256,) for b in p), p)\n\n"
+    "    heap = [entry(p) for p in pairs]\n    heapq.heapify(heap)\n    merges = []",
+    "    merges = []",
+    "        *key, best = heapq.heappop(heap)\n"
+    "        if pairs.get(best) != -key[0]:  # stale: the count changed after this entry was pushed\n"
+    "            continue\n",
+    "        best = max(pairs, key=lambda p: (pairs[p], p))  # most frequent, then greatest pair\n",
+    "        changed = set()\n", "",
+    "                changed.add(p)\n                if pairs[p] == 0:", "                if pairs[p] == 0:",
+    "                where[p].add(i)\n                changed.add(p)\n", "                where[p].add(i)\n",
+    "        for p in changed & pairs.keys():  # their new counts, the old entries left stale\n"
+    "            heapq.heappush(heap, entry(p))\n", "")
 
 
 _BEST = "best = max(pairs, key=lambda p: (pairs[p], p))  # most frequent, then greatest pair"
@@ -193,6 +212,7 @@ MISTAKES = [
 
 VARIANTS = [
     Variant("train_bpe", "a fresh count of every pair before each merge (slow, but right)", _RECOUNT),
+    Variant("train_bpe", "the best pair by a max over the counts, no heap", TRAIN),
     Variant("train_bpe", "the best pair by sorting the counts",
             _edit(TRAIN, _BEST, "best = sorted(pairs.items(), key=lambda kv: (kv[1], kv[0]))[-1][0]")),
     Variant("train_bpe", "special tokens cut out one at a time with str.split",

@@ -6,6 +6,7 @@
 Exported from the solution cells of solutions/src/11_tokenizer.py.
 """
 
+import heapq
 from collections import Counter, defaultdict
 
 import regex
@@ -42,15 +43,24 @@ def train_bpe(text, vocab_size, special_tokens=()):
         for p in zip(w, w[1:]):
             pairs[p] += freq[i]
             where[p].add(i)
+    def entry(p):  # heap order: most frequent first, then the greatest pair (bytes inverted)
+        return (-pairs[p], *(tuple(255 - x for x in b) + (256,) for b in p), p)
+
+    heap = [entry(p) for p in pairs]
+    heapq.heapify(heap)
     merges = []
     while len(vocab) < vocab_size and pairs:
-        best = max(pairs, key=lambda p: (pairs[p], p))  # most frequent, then greatest pair
+        *key, best = heapq.heappop(heap)
+        if pairs.get(best) != -key[0]:  # stale: the count changed after this entry was pushed
+            continue
         merges.append(best)
         vocab[len(vocab)] = best[0] + best[1]
+        changed = set()
         for i in where.pop(best):  # only the pre-tokens holding the pair change
             w, f = words[i], freq[i]
             for p in zip(w, w[1:]):  # take out the old pairs...
                 pairs[p] -= f
+                changed.add(p)
                 if pairs[p] == 0:
                     del pairs[p]
             merged, j = [], 0
@@ -64,7 +74,10 @@ def train_bpe(text, vocab_size, special_tokens=()):
             for p in zip(merged, merged[1:]):  # ...and put the new ones in
                 pairs[p] += f
                 where[p].add(i)
+                changed.add(p)
             words[i] = merged
+        for p in changed & pairs.keys():  # their new counts, the old entries left stale
+            heapq.heappush(heap, entry(p))
     return vocab, merges
 
 
