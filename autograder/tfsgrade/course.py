@@ -12,14 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-# The course repository (solutions/, notebooks/, the nbgrader config): this source tree, or, for
-# an installed wheel (a worker image, a grading machine), the folder TFS_COURSE names.
-REPO = Path(os.environ.get("TFS_COURSE") or Path(__file__).resolve().parents[2]).resolve()
-SOLUTIONS = REPO / "solutions"
-NOTEBOOKS = REPO / "notebooks"
-SOURCES = SOLUTIONS / "src"
-CONFIG = REPO / "autograder" / "nbgrader_config.py"
-REFERENCE = REPO / "helpers" / "tfscratch" / "reference"
+from .paths import CONFIG, NOTEBOOKS, REFERENCE, REPO, SOLUTIONS, SOURCES  # noqa: F401 (re-exported)
 
 
 def assignments() -> list[str]:

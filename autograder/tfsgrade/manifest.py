@@ -23,7 +23,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import build, course, export
+from . import build, export, paths
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ _CACHE: dict = {}
 def load(src_dir: Path | None = None) -> Manifest:
     """The manifest of every `NN_name.py` in src_dir (default solutions/src), in order.
     Recomputed whenever a source changes (cached on the files' size and mtime)."""
-    src_dir = Path(src_dir or course.SOURCES)
+    src_dir = Path(src_dir or paths.SOURCES)
     sources = sorted(src_dir.glob("[0-9][0-9]_*.py"))
     key = (str(src_dir),) + tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sources)
     if key not in _CACHE:
