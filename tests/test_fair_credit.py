@@ -87,9 +87,13 @@ def _outputs_broken(p, got, want) -> bool | None:
     gc, wc, gm, wm = got["caps"], want["caps"], got["meta"], want["meta"]
     if gm.get(f"{p.name}.error"):
         return True
-    if p.params and gm.get(f"{p.name}.params") is not None and \
-            sorted(map(str, gm[f"{p.name}.params"])) != sorted(map(str, wm[f"{p.name}.params"])):
-        return True
+    if p.params and gm.get(f"{p.name}.params") is not None:
+        # the engine's rule: every specified name with its shape (aliases may add names), and as
+        # many distinct tensors
+        gs = {n: tuple(s) for n, s in gm[f"{p.name}.params"]}
+        if any(gs.get(n) != tuple(s) for n, s in wm[f"{p.name}.params"]) \
+                or gm.get(f"{p.name}.param_ids") != wm.get(f"{p.name}.param_ids"):
+            return True
     widths = False
     for key in _keys(p, wc):
         g, w = gc.get(key), np.asarray(wc[key])

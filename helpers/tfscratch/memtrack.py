@@ -112,10 +112,12 @@ class _PeakMode(TorchDispatchMode):
         return out
 
 
-def peak_memory(fn, *args, **kwargs):
-    """(result, peak bytes held by tensors that `fn` created), run under torch.no_grad()."""
+def peak_memory(fn, *args, grad=False, **kwargs):
+    """(result, peak bytes held by tensors that `fn` created), run under torch.no_grad(), or
+    with autograd on when `grad=True` (then what autograd saves for the backward pass counts,
+    and a `backward()` inside `fn` is measured too)."""
     mode = _PeakMode()
-    with torch.no_grad(), mode:
+    with torch.set_grad_enabled(grad), mode:
         result = fn(*args, **kwargs)
     peak = mode.peak
     mode.live.clear()

@@ -472,9 +472,11 @@ chk.test_teacher_forcing_loss_gradient(teacher_forcing_loss)
 #
 # Cross-entropy against a one-hot label, $-\log p_y$, only reaches its minimum when the model
 # puts probability 1 on the right token, which needs infinitely large logit gaps: the model is
-# pushed to be ever more confident, right or wrong. The paper (section 5.4) trains instead
-# against a **smoothed target** with $\varepsilon_{ls} = 0.1$: keep $1 - \varepsilon$ on the true
-# token and spread $\varepsilon$ uniformly over all $V$ tokens,
+# pushed to be ever more confident, right or wrong. Label smoothing (Szegedy et al. 2016,
+# *Rethinking the Inception Architecture*, section 7) trains instead against a **smoothed
+# target**: keep $1 - \varepsilon$ on the true token and spread $\varepsilon$ uniformly over all
+# $V$ tokens. The Transformer paper (Vaswani et al. 2017, section 5.4) uses it with
+# $\varepsilon_{ls} = 0.1$ and says no more about its form; the form below is Szegedy et al.'s:
 #
 # $$q_c = (1 - \varepsilon)\,[c = y] + \frac{\varepsilon}{V}, \qquad
 # \text{loss} = -\sum_c q_c \log p_c = (1 - \varepsilon)\,(-\log p_y) + \varepsilon \cdot \frac{1}{V}\sum_c (-\log p_c).$$
@@ -482,9 +484,11 @@ chk.test_teacher_forcing_loss_gradient(teacher_forcing_loss)
 # The second term is the cross-entropy against the uniform distribution: it grows when any token's
 # probability goes to 0, so the best the model can do is $p_y = 1 - \varepsilon + \varepsilon / V$,
 # not 1. This is exactly what `F.cross_entropy(..., label_smoothing=ε)` computes (PyTorch's
-# uniform part includes the true class, as above; some implementations, the Annotated
-# Transformer's among them, spread $\varepsilon$ over the other classes only, or minimise the KL
-# divergence, which differs from the cross-entropy by a constant).
+# uniform part includes the true class, as above). Other implementations differ: the Annotated
+# Transformer (Rush 2018) puts $1 - \varepsilon$ on the true token, spreads $\varepsilon/(V-2)$
+# over the others except the padding token, whose column it sets to 0, and minimises the KL
+# divergence summed over positions (`nn.KLDivLoss(reduction="sum")`), which differs from this
+# cross-entropy by the target's entropy (a constant) and by the normalisation.
 
 # %%
 eps = 0.1
@@ -510,16 +514,19 @@ fig.tight_layout()
 
 # %% [markdown]
 # Without smoothing the loss keeps falling all the way to $p = 1$; with it, the loss has a
-# minimum below 1, and more confidence is penalised. The argmax, which is all greedy decoding
-# uses, is unchanged: accuracy does not suffer, and the paper found it helped BLEU (while
-# perplexity gets worse, since the model is deliberately less sure).
+# minimum below 1, and more confidence is penalised. At that minimum the true token still has
+# the largest probability, so the argmax (all greedy decoding uses) of a model that reaches the
+# optimum is unchanged. That is a statement about the optimum, not about training: smoothing
+# changes the gradients and what a finite run learns. Vaswani et al. report that it hurt
+# perplexity (the model is deliberately less sure) but improved accuracy and BLEU.
 #
 # ### Exercise 3: `label_smoothing_cross_entropy`
 #
 # `label_smoothing_cross_entropy(logits, target, smoothing=0.0, ignore_index=-100)`:
 #
-# - `logits` is `(N, V)` or `(B, L, V)` (raw scores, classes on the **last** axis), `target`
-#   the class ids of matching shape `(N,)` or `(B, L)`;
+# - `logits` is `(..., V)` with any number of leading axes (`(N, V)`, `(B, L, V)`, ...; raw
+#   scores, classes on the **last** axis), `target` the class ids of the matching leading shape
+#   (`(N,)`, `(B, L)`, ...);
 # - the loss of a position is $(1 - \varepsilon)(-\log p_y) + \varepsilon \cdot \operatorname{mean}_c(-\log p_c)$
 #   with $\log p$ = `torch.log_softmax(logits, dim=-1)` (stable; `log(softmax(...))` is not);
 # - positions whose target equals `ignore_index` do not count; return the **mean over the
@@ -536,7 +543,7 @@ def label_smoothing_cross_entropy(logits, target, smoothing=0.0, ignore_index=-1
     """Cross-entropy against the smoothed target (1 - smoothing) * one_hot + smoothing / V,
     averaged over the positions whose target is not ignore_index.
 
-    logits: (N, V) or (B, L, V); target: (N,) or (B, L) class ids. Returns a 0-D tensor, equal
+    logits: (..., V), any leading axes; target: the matching (...) class ids. Returns a 0-D tensor, equal
     to F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=ignore_index).
     """
     ### BEGIN SOLUTION

@@ -4,10 +4,15 @@
 # %% [markdown]
 # # 09 · A modern decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention, nucleus sampling
 #
-# Notebook 08 ended at a 2017-style GPT: LayerNorm, sinusoidal positions added to the
-# embeddings, a ReLU feed-forward network, one key/value head per query head, and a separate
-# output layer. Open models of today (LLaMA, Mistral, Qwen, Gemma, ...) keep the same skeleton
-# (a pre-norm causal stack trained on the next token) and change five parts of it. In this
+# Notebook 08 ended at a GPT-style model with the parts of 2017: LayerNorm, sinusoidal positions
+# added to the embeddings, a ReLU feed-forward network, one key/value head per query head (and,
+# as a choice of ours, a separate output layer: the 2017 paper and GPT-2 tie it to the
+# embeddings). Open models of today (LLaMA, Mistral, Qwen, Gemma, ...) keep the same skeleton
+# (a pre-norm causal stack trained on the next token) and change four parts of it: RMSNorm,
+# rotary positions, a gated feed-forward network and grouped-query attention, not every model
+# all four in the same form (Gemma 1 uses GeGLU rather than SwiGLU, multiplies its embeddings by
+# $\sqrt{d}$, and has multi-query attention at 2B and multi-head attention at 7B). Whether the
+# output layer shares the embedding matrix is a separate, size-dependent choice (section 5). In this
 # notebook you build each part, check it against PyTorch where PyTorch has it, and assemble a
 # LLaMA-style model:
 #
@@ -19,8 +24,8 @@
 #    network costs;
 # 4. **grouped-query attention (GQA)**: several query heads share one key/value head, which
 #    shrinks the KV cache (plotted at the sizes of real models);
-# 5. **`ModernDecoderLM`**: all of it with **tied** input and output embeddings, trained here in
-#    seconds and compared with notebook 08's model of the same width;
+# 5. **`ModernDecoderLM`**: all of it, with input and output embeddings **tied** (as small
+#    models do), trained here in seconds and compared with notebook 08's model of the same width;
 # 6. **nucleus (top-p) sampling**, beside 08's temperature and top-k.
 #
 # **How the exercises work.** A cell that says `# YOUR CODE HERE` is yours: replace the
@@ -187,9 +192,10 @@ fig.tight_layout()
 # $$(R_m q)^\top (R_n k) = q^\top R_m^\top R_n\, k = q^\top R_{n-m}\, k ,$$
 #
 # because rotations by the same frequencies compose by adding angles and $R_m^\top = R_{-m}$.
-# The score depends on the **offset** $n - m$ only, not on where the pair sits in the text:
-# relative positions, for the price of a rotation. And the values are never rotated, so
-# position information does not flow into the residual stream the way added codes do.
+# The score depends on the contents $q$, $k$ and the **signed offset** $n - m$ only, not on where
+# the pair sits in the text: relative positions, for the price of a rotation ($n - m$ and
+# $m - n$ give different scores). And the values are never rotated, so absolute position does
+# not flow into the outputs the way added codes do.
 #
 # ### Exercise 3: `apply_rope`
 #
@@ -199,23 +205,44 @@ fig.tight_layout()
 # $(a\cos t - b\sin t,\; a\sin t + b\cos t)$. Return a new tensor of the same shape and dtype
 # (compute the angles in float64 or float32, then cast). `offset` is what a KV cache needs: new
 # tokens come after the cached ones.
+#
+# Two more things real code needs, both part of the exercise:
+#
+# - **positions per row**: `apply_rope(x, offset=0, base=10000.0, positions=None)`; when
+#   `positions` is given, an integer tensor `(L,)` or `(B, L)`, row `j` (of sequence `b`) sits at
+#   `positions[j]` (or `positions[b, j]`) instead of `offset + j`; for `x` `(B, H, L, D)` the same
+#   positions serve every head. Left-padded batches, packed sequences and a cache whose rows
+#   hold different lengths need it. (Stanford's CS336 assignment 1 passes `token_positions` the
+#   same way.)
+# - **half precision**: in float16 or bfloat16, compute the rotation in float32 (upcast `x`, apply
+#   float32 cos and sin, cast the result back): bfloat16 keeps 8 bits of mantissa, and rounding
+#   cos and sin to it before multiplying adds an error of its own on top of the final rounding.
+#   Return `x`'s dtype.
 
 # %% [solution] apply_rope
-def apply_rope(x, offset=0, base=10000.0):
+def apply_rope(x, offset=0, base=10000.0, positions=None):
     """Rotary position embedding on interleaved pairs.
 
-    x: (..., L, D), D even; row j sits at position offset + j. Features (2i, 2i+1) are rotated
-    by the angle pos * base**(-2i/D). Returns the same shape and dtype as x.
+    x: (..., L, D), D even; row j sits at position offset + j, or at positions[j] (positions
+    (L,)) or positions[b, j] (positions (B, L), the same for every head of x (B, H, L, D)).
+    Features (2i, 2i+1) are rotated by the angle pos * base**(-2i/D). Half-precision inputs are
+    rotated in float32. Returns the same shape and dtype as x.
     """
     ### BEGIN SOLUTION
     *_, L, D = x.shape
     inv_freq = base ** (-torch.arange(0, D, 2, dtype=torch.float64, device=x.device) / D)  # (D/2,)
-    pos = torch.arange(offset, offset + L, dtype=torch.float64, device=x.device)  # (L,)
-    theta = torch.outer(pos, inv_freq)  # (L, D/2): angle of pair i at each position
-    cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
-    a, b = x[..., 0::2], x[..., 1::2]  # (..., L, D/2): the two halves of every pair
+    if positions is None:
+        pos = torch.arange(offset, offset + L, dtype=torch.float64, device=x.device)  # (L,)
+    else:
+        pos = positions.to(device=x.device, dtype=torch.float64)  # (L,) or (B, L)
+        if pos.dim() == 2 and x.dim() == 4:
+            pos = pos[:, None, :]  # (B, 1, L): the same positions for every head
+    theta = pos[..., None] * inv_freq  # (..., L, D/2): angle of pair i at each position
+    work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    cos, sin = theta.cos().to(work), theta.sin().to(work)
+    a, b = x[..., 0::2].to(work), x[..., 1::2].to(work)  # (..., L, D/2): the two halves of every pair
     out = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1)  # (..., L, D/2, 2)
-    return out.flatten(-2)  # (..., L, D): each rotated pair back at (2i, 2i+1)
+    return out.flatten(-2).to(x.dtype)  # (..., L, D): each rotated pair back at (2i, 2i+1)
     ### END SOLUTION
 
 # %% [test] test_apply_rope_basic 2
@@ -229,6 +256,29 @@ chk.test_apply_rope_random(apply_rope)
 ### BEGIN HIDDEN TESTS
 chk.test_apply_rope_random(apply_rope, seed=2718)
 ### END HIDDEN TESTS
+
+# %% [test] test_apply_rope_positions 1
+chk.test_apply_rope_positions(apply_rope)
+
+# %% [test] test_apply_rope_half 1
+chk.test_apply_rope_half(apply_rope)
+
+# %% [markdown]
+# **The bfloat16 probe.** The same vectors rotated three ways, compared with the float64
+# rotation: in float32 and rounded once to bfloat16 (what your `apply_rope` does), and entirely
+# in bfloat16 (cos and sin rounded, every product and sum rounded).
+
+# %%
+xb = torch.randn(4, 64, 64, generator=torch.Generator().manual_seed(3))  # positions 0..63
+exact = R.apply_rope(xb.double())
+once = R.apply_rope(xb.bfloat16()).double()
+th = torch.arange(64, dtype=torch.float64)[:, None] * 10000.0 ** (-torch.arange(0, 64, 2) / 64)
+cb, sb = th.cos().bfloat16(), th.sin().bfloat16()
+ab, bb = xb.bfloat16()[..., 0::2], xb.bfloat16()[..., 1::2]
+all_bf16 = torch.stack([ab * cb - bb * sb, ab * sb + bb * cb], -1).flatten(-2).double()
+for name, y in (("float32 inside, one rounding", once), ("everything in bfloat16", all_bf16)):
+    err = (y - exact).abs()
+    print(f"{name:30s}: mean error {err.mean():.2e}, max {err.max():.2e}")
 
 # %% [markdown]
 # **The link with notebook 05, shown.** Rotating one vector to position $m$ is multiplying it
@@ -371,16 +421,20 @@ fig = plots.curves(z, {"ReLU(z)": F.relu(z), "silu(z) = z sigmoid(z)": F.silu(z)
 #
 # During generation a model keeps the keys and values of every earlier token (notebook 08's
 # cache). Per token and per layer that is $2 \times n_\text{kv heads} \times \text{head\_dim}$
-# numbers, and for long contexts the cache, not the weights, fills the GPU. **Multi-query
+# numbers, and when context length times batch size is large enough the cache, not the weights,
+# fills the GPU (the numbers below say when). **Multi-query
 # attention** (MQA; Shazeer 2019, arXiv:1911.02150) keeps one key/value head shared by all query
 # heads; **grouped-query attention** (GQA; Ainslie et al. 2023, arXiv:2305.13245) sits in between:
 # `n_heads` query heads in `n_kv_heads` groups, each group sharing one key/value head.
 #
 # With `n_heads = 8` and `n_kv_heads = 2`, query heads 0-3 read K/V head 0 and 4-7 read K/V head
 # 1: query head $h$ uses K/V head $h \,/\!/\, (n_\text{heads}/n_\text{kv heads})$. That is
-# `k.repeat_interleave(group, dim=1)` (0, 0, 0, 0, 1, 1, 1, 1), **not** `k.repeat(1, group, 1, 1)`
-# (0, 1, 0, 1, ...), and it is the grouping of PyTorch's
-# `F.scaled_dot_product_attention(q, k, v, enable_gqa=True)`.
+# `k.repeat_interleave(group, dim=1)` (0, 0, 0, 0, 1, 1, 1, 1), the grouping of PyTorch's
+# `F.scaled_dot_product_attention(q, k, v, enable_gqa=True)` and of released GQA checkpoints
+# (LLaMA's `repeat_kv`). `k.repeat(1, group, 1, 1)` (0, 1, 0, 1, ...) is also a valid grouping
+# for a model trained from scratch with it (it only relabels which query heads share a K/V
+# head); it is wrong against `enable_gqa=True` and against any checkpoint trained the other
+# way, which is why this course (and its checks) fix `h // group`.
 
 # %%
 H_demo, Hkv_demo = 8, 2
@@ -496,7 +550,7 @@ for label, (layers, kv_heads) in configs.items():
     gib = [kv_cache_bytes(layers, kv_heads, 128, int(T)) / 2 ** 30 for T in contexts]
     ax.plot(contexts, gib, "o-", label=label)
     print(f"{label:32s}: {gib[3]:6.2f} GiB at 4096 tokens, {gib[-1]:6.1f} GiB at 32768")
-ax.axhline(80, color="black", ls="--", lw=1, label="one 80 GB GPU")
+ax.axhline(80e9 / 2 ** 30, color="black", ls="--", lw=1, label="one 80 GB GPU (74.5 GiB)")
 ax.set(xscale="log", yscale="log", xlabel="context length (tokens)", ylabel="KV cache (GiB)",
        title="KV cache of ONE sequence, float16")
 ax.set_xticks(contexts.tolist(), [str(int(c)) for c in contexts])
@@ -506,9 +560,13 @@ fig.tight_layout()
 
 # %% [markdown]
 # With multi-head attention, a 70B-sized model would need about 10 GiB of cache per
-# 4096-token sequence; Llama-2-70B's 8 KV heads cut that by 8x, and MQA by 64x. Ainslie et
-# al. report that GQA keeps quality close to multi-head attention, while MQA loses some: the
-# usual compromise is a handful of K/V heads.
+# 4096-token sequence; Llama-2-70B's 8 KV heads cut that by 8x, and MQA by 64x. (An "80 GB"
+# GPU holds 80 x 10^9 bytes = 74.5 GiB.) The weights still dominate for one sequence: 70B
+# parameters in float16 are 140 GB, and the GQA cache overtakes them only past about 100
+# sequences of 4096 tokens (or one of about 400k); Llama-2-7B's 13.5 GB of weights are
+# overtaken by its MHA cache at about 6 sequences of 4096 tokens. Ainslie et al. (2023,
+# Tables 1 and 2) report that GQA-8 gets close to multi-head quality at close to MQA's speed,
+# and slightly better than MQA: the usual compromise is a handful of K/V heads.
 #
 # ## 5. `ModernDecoderLM`: the pieces together
 #
@@ -520,15 +578,19 @@ fig.tight_layout()
 # LayerNorm, SwiGLU for the ReLU network, GQA for multi-head attention, no biases, and the
 # **output layer is the embedding matrix** ("tied embeddings", Press and Wolf 2017,
 # arXiv:1608.05859): the score of token $v$ is the dot product of the final state with $v$'s
-# own embedding. It saves `vocab_size x d_model` parameters, which for small models is a large
-# share of the total (Gemma ties its embeddings, and so do Llama 3.2's 1B and 3B models).
+# own embedding. Tying is not new: the 2017 Transformer (Vaswani et al., section 3.4) and GPT-2
+# tie; LLaMA 1 to 3 (7B and up) and Mistral 7B do not. It saves `vocab_size x d_model`
+# parameters, which only for small models is a large share of the total, and that is where it
+# is used today (Gemma ties its embeddings, and so do Llama 3.2's 1B and 3B models).
 #
 # ### Exercise 6: `ModernDecoderLM`
 #
 # `ModernDecoderLM(vocab_size, d_model, n_layers, n_heads, n_kv_heads, d_ff, max_len=1024,
 # tie_weights=True)` keeps:
 #
-# - `tok_embed`: `nn.Embedding(vocab_size, d_model)` (not scaled, no positions added);
+# - `tok_embed`: `nn.Embedding(vocab_size, d_model)` (not scaled, no positions added),
+#   initialised from $\mathcal{N}(0, 0.02^2)$ (`nn.init.normal_(..., std=0.02)`, as GPT-2 and
+#   LLaMA do; with tied weights this is also the output layer's initialisation);
 # - `layers`: an `nn.ModuleList` of `n_layers` pre-norm blocks, each with `norm1` (your
 #   `RMSNorm(d_model)`), `self_attn` (your `GroupedQueryAttention(d_model, n_heads,
 #   n_kv_heads)`), `norm2` (`RMSNorm`) and `ff` (your `SwiGLU(d_model, d_ff)`), computing
@@ -621,8 +683,9 @@ chk.test_ModernDecoderLM_cache(ModernDecoderLM, seed=6809)
 #
 # A task where positions matter: each sequence is 8 random tokens, a separator, and the same 8
 # tokens again. The first half is unpredictable (the loss counts only the second half); the
-# second half is fully determined by the first, if the model learns to look back exactly 9
-# positions: a relative position, which is what RoPE encodes. Both models have `d_model = 64`,
+# second half is fully determined by the first, if the model learns to look back exactly 8
+# positions (the token to predict after position $p$ is the one after position $p - 9$, which
+# the model reads at position $p - 8$): a relative position, which is what RoPE encodes. Both models have `d_model = 64`,
 # 2 layers and 4 query heads; 08's has 4 K/V heads, a 4x ReLU FFN, LayerNorm, sinusoidal
 # positions, biases and an untied output layer; the modern one has 2 K/V heads, SwiGLU with
 # `d_ff` = 2/3 of 4 x 64 (170, rounded to 172) and tied embeddings. Same optimiser, learning
@@ -681,11 +744,16 @@ fig = plots.curves(range(1, STEPS + 1), {f"08 GPT-style ({n_params['08']:,} para
 # %% [markdown]
 # On this task the modern model gets there in fewer steps with about 10% fewer parameters
 # (mostly the shared K/V heads: `w_k` and `w_v` are half the size; then the tied output layer
-# and the missing biases; SwiGLU at 172 costs what the 4x ReLU network costs). One small task
-# proves little
-# about large models; what the papers above report is a consistent, moderate gain at scale for
-# each change, and a much smaller KV cache. The check below is the one that matters in
-# practice: cached generation equals a full pass, thanks to the RoPE offset.
+# and the missing biases; SwiGLU at 172 costs what the 4x ReLU network costs). That depends on
+# the $\mathcal{N}(0, 0.02^2)$ embedding initialisation the exercise asks for: with
+# `nn.Embedding`'s default $\mathcal{N}(0, 1)$, tied, the first logits are huge and the same
+# model starts far behind 08's (measured: loss 2.66 against 08's 0.18 at step 80; it catches up
+# by step 150). One small task proves little about large models, and the
+# papers do not claim one gain for every change: SwiGLU (Shazeer 2020) and RoPE (Su et al.
+# 2021) are reported to improve quality; RMSNorm (Zhang and Sennrich 2019) to match LayerNorm's
+# quality in less time; GQA (Ainslie et al. 2023) to come close to multi-head quality with a
+# much smaller KV cache. The check below is the one that matters in practice: cached generation
+# equals a full pass, thanks to the RoPE offset.
 
 # %%
 modern.eval()
@@ -832,7 +900,7 @@ explorer = explore(draw_filters, temperature=(0.1, 3.0, 0.05, 1.0), top_k=(0, 30
 # layers, head size and context): at long contexts that decides how many sequences fit on a
 # GPU. The cost is capacity: groups of 8 query heads share one key and one value projection,
 # so fewer distinct key/value views exist. In practice (LLaMA-2-70B, the GQA paper) quality
-# stays close to MHA and far better than a single KV head (MQA).
+# stays close to MHA and slightly better than a single KV head (MQA).
 # ### END SOLUTION
 
 # %% [markdown]
@@ -843,12 +911,15 @@ explorer = explore(draw_filters, temperature=(0.1, 3.0, 0.05, 1.0), top_k=(0, 30
 # | RMSNorm subtracts the mean, or divides by the standard deviation | that is LayerNorm without a bias, not RMSNorm |
 # | `sqrt(mean(x**2)) + eps` | eps outside the root: differs from `nn.RMSNorm` wherever the features are small |
 # | RoPE with the half-split pairs, loading interleaved weights | runs, and is a different model |
-# | RoPE frequency `base**(-i/D)` instead of `base**(-2i/D)` | most pairs rotate far too slowly |
+# | RoPE frequency `base**(-i/D)` (i counting pairs) instead of `base**(-2i/D)` | most pairs rotate too fast: the slowest period falls from about $2\pi\,\text{base}$ to about $2\pi\sqrt{\text{base}}$ positions |
 # | RoPE positions restarting at 0 in a cached step | no error; the cached model sees every new token at position 0 |
-# | RoPE applied to the values, or only to the queries | scores no longer depend on the offset alone |
-# | GQA with `repeat` instead of `repeat_interleave` | query heads read the wrong K/V heads |
+# | RoPE applied only to the queries | scores depend on the query's absolute position, no longer on the offset alone |
+# | RoPE applied to the values (as well) | the scores are unchanged (they are $q \cdot k$), but absolute position leaks into the outputs |
+# | RoPE in half precision with cos and sin rounded to bfloat16 | a larger error than rotating in float32 and rounding once (section 2's bfloat16 probe) |
+# | GQA with `repeat` instead of `repeat_interleave` | a valid grouping from scratch, but not `enable_gqa=True`'s nor a released checkpoint's: query heads read other K/V heads |
 # | caching the repeated K/V (`n_heads` copies) | the cache is as big as MHA's: GQA's saving thrown away |
-# | SwiGLU with the gate and up projections swapped, or sigmoid for SiLU | a different network (GLU) |
+# | SwiGLU with the gate and up projections swapped | a relabelling of the same network family, but loaded weights give other outputs |
+# | sigmoid instead of SiLU in the gate | a different network: GLU (Dauphin et al. 2017), not SwiGLU |
 # | `lm_head = nn.Linear(...)` copied from the embedding once | a copy, not a tie: the two drift apart in training |
 # | top-p keeping `cumsum <= p` | the token that reaches p is dropped; with a confident model nothing is left |
 # | top-p without scattering back | the kept logits end up on the wrong tokens |

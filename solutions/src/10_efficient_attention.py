@@ -14,9 +14,17 @@
 #    with a running max and a running sum, exact thanks to one rescaling factor;
 # 3. write **blockwise attention** (exercise 2, `flash_attention`): the same online softmax over
 #    blocks of keys and values, causal or not, equal to `F.scaled_dot_product_attention` and
-#    **never holding the score matrix**; a check watches every tensor your function creates;
-# 4. plot peak memory and time against $L$ for both, on this CPU, and read honestly what a fused
-#    GPU kernel (FlashAttention) adds on top of the algorithm.
+#    **never creating the score matrix**; a check watches every tensor your function creates;
+# 4. plot peak memory and time against $L$ for both, on this CPU, with and without autograd,
+#    and read honestly what a fused GPU kernel (FlashAttention) adds on top of the algorithm.
+#
+# Where the ideas come from: the online softmax is Milakov and Gimelshein (2018, *Online
+# normalizer calculation for softmax*, arXiv:1805.02867); attention over blocks of keys with a
+# running max and sum, for all queries at once, is Rabe and Staats (2021, *Self-attention does
+# not need O(n^2) memory*, arXiv:2112.05682); FlashAttention (Dao et al. 2022, arXiv:2205.14135)
+# tiles queries too, fuses the loop into one GPU kernel and recomputes the blocks in the
+# backward pass; FlashAttention-2 (Dao 2023, arXiv:2307.08691) among other changes divides by
+# the running sum once at the end instead of after every block, as we do here.
 #
 # **How the exercises work.** A cell that says `# YOUR CODE HERE` is yours: replace the
 # `raise NotImplementedError()` with your code. The cell after it checks your work and, when
@@ -242,9 +250,16 @@ explorer = explore(draw_online, block_size=(1, 48, 1, 8))
 #
 # and at the end the output is $a / \ell$. The accumulator gets **the same factor** $\alpha$ as
 # the sum, for the same reason: its old terms were weighted by $e^{s_j - m_\text{old}}$. The
-# largest tensor is one block of scores, $L_q \times b$: memory grows like $L$, not $L^2$. This
-# is the algorithm of FlashAttention (Dao et al., 2022), which also splits the *queries* into
-# blocks so that everything fits in a GPU's fast on-chip memory.
+# largest tensor is one block of scores, $L_q \times b$, so **without autograd** (inference,
+# `torch.no_grad()`) memory grows like $L$, not $L^2$. With autograd on, PyTorch saves every
+# block's probabilities for the backward pass, and those blocks add up to the whole
+# $L_q \times L_k$ matrix again (section 4 measures it). FlashAttention avoids that with its own
+# backward pass: it saves only the output and one log-sum-exp per row, and recomputes each
+# block of scores when the gradients need it. This loop over key
+# blocks for all queries at once is Rabe and Staats' (2021) algorithm; FlashAttention (Dao et al.
+# 2022) also splits the *queries* into blocks so that everything fits in a GPU's on-chip
+# memory, and divides by $\ell$ after every block, which FlashAttention-2 (Dao 2023) defers to
+# the end, as here.
 #
 # **The causal mask, one block at a time.** Query $i$ may attend to key $j$ when $j \le i$.
 # Don't build the $L \times L$ mask: for the block starting at `start`, the key positions are
@@ -393,14 +408,45 @@ for ax in (ax1, ax2):
 fig.tight_layout()
 
 # %% [markdown]
-# **Memory** is the win: the naive peak grows fourfold per doubling, the blockwise one twofold
-# (the inputs, the output, one block of scores). **Time** barely changes: both do the same
-# $O(L^2 d)$ arithmetic. On a CPU the blockwise loop pays Python and per-operation overhead at
-# short lengths; at long ones it can come out a little ahead, because its small blocks stay in
-# the CPU's caches while the naive version streams several $L \times L$ matrices through main
-# memory. It also cannot skip the blocks that the causal mask hides entirely (a real kernel
-# does, halving the work). Expect these timings to move by tens of percent from run to run on a
-# shared machine; the memory figures do not.
+# **Memory** is the win, in inference: the naive peak grows fourfold per doubling, the blockwise
+# one twofold (the inputs, the output, one block of scores). **Time** is not: both do the same
+# $O(L^2 d)$ arithmetic, and neither is reliably faster on a CPU. The blockwise loop pays Python
+# and per-operation overhead, most visibly at short lengths; at long ones the two are close, and
+# which comes out ahead depends on the machine (small blocks stay in the CPU's caches, while the
+# naive version streams several $L \times L$ matrices through main memory). This loop also
+# computes the blocks that the causal mask hides entirely; a real kernel skips them, which
+# halves the work. Expect these
+# timings to move by tens of percent from run to run on a shared machine; the memory figures do
+# not.
+#
+# ### With autograd on
+#
+# Training needs gradients. The same comparison with autograd recording, forward and backward
+# (`peak_memory(..., grad=True)`): PyTorch saves what each operation needs for the backward pass,
+# and for the loop that is every block of probabilities, $L_q \times L_k$ numbers in all.
+
+# %%
+def forward_backward(fn):
+    def run():
+        fn().sum().backward()
+    return run
+
+
+grad_lengths = [256, 512] if GRADING else [256, 512, 1024]
+for L in grad_lengths:
+    q, k, v = (torch.randn(1, 4, L, 64).requires_grad_() for _ in range(3))
+    _, naive_fb = peak_memory(forward_backward(lambda: naive_attention(q, k, v, causal=True)), grad=True)
+    _, block_fb = peak_memory(forward_backward(lambda: flash_fn(q, k, v, block_size=128, causal=True)),
+                              grad=True)
+    print(f"L={L:5d}  forward + backward peak: naive {naive_fb / 2**20:6.1f} MiB, "
+          f"blockwise loop {block_fb / 2**20:6.1f} MiB")
+
+# %% [markdown]
+# Both grow like $L^2$: with autograd, our loop saves as much as the naive version (on one run
+# here: 53 MiB naive against 51 MiB for the loop at $L = 1024$). The memory saving of this
+# notebook's loop is an inference saving; FlashAttention's training saving comes from its
+# hand-written backward pass, which saves only $O$ and one log-sum-exp per row and recomputes
+# the blocks.
 #
 # ### What a fused GPU kernel adds
 #
@@ -411,10 +457,14 @@ fig.tight_layout()
 # blocks are streamed through it, and the $L \times L$ scores never travel to main memory at all.
 # Naive attention is limited by that traffic, not by arithmetic: it writes the scores, reads them
 # back for the softmax, writes the probabilities and reads them again for $PV$. The fused kernel
-# reads $Q, K, V$ once and writes the output once. It also skips fully masked causal blocks,
-# and for training it stores only $m$ and $\ell$ per row and *recomputes* the score blocks in
-# the backward pass, which is cheaper than storing them. Each PyTorch operation in our loop, by
-# contrast, is a separate kernel that round-trips through main memory.
+# never writes an $L \times L$ matrix to main memory. It does not read $Q, K, V$ only once: each
+# block of queries streams all of $K$ and $V$ past it, so $K$ and $V$ are read once per query
+# block, $\Theta(L^2 d^2 / M)$ memory accesses for on-chip memory of size $M$ against
+# $\Theta(L d + L^2)$ for the naive version (Dao et al. 2022, Theorem 2); FlashAttention-2 (Dao
+# 2023) writes each output block once. It also skips fully masked causal blocks, and for training
+# it stores only one log-sum-exp per row and *recomputes* the score blocks in the backward pass
+# which costs arithmetic but saves the $L^2$ memory and its traffic. Each PyTorch
+# operation in our loop, by contrast, is a separate kernel that round-trips through main memory.
 # `F.scaled_dot_product_attention` picks such a fused kernel when one is available.
 
 # %% [markdown]
@@ -439,8 +489,8 @@ fig.tight_layout()
 # ### END SOLUTION
 
 # %% [markdown]
-# **Question 2.** The blockwise attention here is not faster than the naive one on this CPU,
-# yet FlashAttention is much faster on a GPU. What does a fused GPU kernel save that our
+# **Question 2.** The blockwise attention here is not reliably faster than the naive one on this
+# CPU, yet FlashAttention is much faster on a GPU. What does a fused GPU kernel save that our
 # Python loop does not?
 
 # %% [answer] q_fused_kernel 1
@@ -460,7 +510,7 @@ fig.tight_layout()
 #
 # | mistake | what happens |
 # | --- | --- |
-# | the running sum is not rescaled when the max grows | old terms stay relative to a stale max: rows sum to more than 1 |
+# | the running sum is not rescaled when the max grows | old terms stay relative to a stale (smaller) max, so they are too large and the sum $\ell$ too big: a row whose max grew sums to less than 1 (0.16 to 0.51 measured on the checks' rising rows) |
 # | the factor inverted, $e^{m_\text{new} - m_\text{old}}$ | old terms grow instead of shrinking; wrong, and may overflow |
 # | the accumulator not rescaled (only the sum) | the output is dominated by early blocks |
 # | running max started at $-\infty$ | a block of masked entries gives $-\infty - (-\infty)$ = NaN |
@@ -469,6 +519,6 @@ fig.tight_layout()
 # | scaling by $\sqrt{d_v}$ or $d_k$ | wrong as soon as the value size differs or $d_k > 1$ |
 # | a max over the whole row first, then blocks | a two-pass softmax: right values, but not online |
 #
-# **Next:** the whole course is behind you; notebook 09 shows the rest of a modern decoder
-# (RMSNorm, rotary positions, SwiGLU, grouped-query attention), and FlashAttention's paper
-# (Dao et al., 2022) is now a short read.
+# **Next:** with notebook 09's modern decoder (RMSNorm, rotary positions, SwiGLU,
+# grouped-query attention) and this one, FlashAttention's papers (Dao et al. 2022; Dao 2023)
+# are a short read. Notebook 11 turns text into the tokens all these models read.

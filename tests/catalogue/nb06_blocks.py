@@ -124,6 +124,18 @@ class FeedForward(nn.Module):
     def forward(self, x):
         return self.linear2(self.dropout(torch.relu(self.linear1(x))))
 '''),
+    Mistake("FeedForward", "the UvA-style nn.Sequential with aliases, but bias=False", r"no bias", '''
+class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear_net = nn.Sequential(
+            nn.Linear(d_model, d_ff, bias=False), nn.ReLU(), nn.Dropout(dropout),
+            nn.Linear(d_ff, d_model, bias=False))
+        self.linear1, self.linear2 = self.linear_net[0], self.linear_net[3]
+
+    def forward(self, x):
+        return self.linear_net(x)
+'''),
     Mistake("FeedForward", "the two layers defined the other way round", r"layers are swapped", '''
 class FeedForward(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
@@ -462,6 +474,18 @@ class FeedForward(nn.Module):
 
     def forward(self, x):
         return self.net(x)
+'''),
+    Variant("FeedForward", "the UvA tutorial's nn.Sequential first, linear1/linear2 as aliases (issue 27)", '''
+class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear_net = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.Dropout(dropout), nn.ReLU(inplace=True),
+            nn.Linear(d_ff, d_model))
+        self.linear1, self.linear2 = self.linear_net[0], self.linear_net[3]
+
+    def forward(self, x):
+        return self.linear_net(x)
 '''),
     Variant("FeedForward", "functional: F.relu and F.dropout(training=self.training)", '''
 class FeedForward(nn.Module):

@@ -147,6 +147,15 @@ MISTAKES = [
         TRANSFORMER, "src_mask = make_padding_mask(src, self.pad_id)", "src_mask = make_padding_mask(src)",
         "tgt_mask = make_decoder_mask(tgt, self.pad_id)", "tgt_mask = make_decoder_mask(tgt)")),
     Mistake(T, "no initialisation: nn.Embedding keeps N(0, 1)", r"Xavier", _edit(TRANSFORMER, INIT, "")),
+    Mistake(T, "encode builds its own padding mask when none is given", r"only\s+forward builds masks", _edit(
+        TRANSFORMER, "        x = self.src_embed(src) * math.sqrt(self.d_model)\n",
+        "        if src_mask is None:\n            src_mask = make_padding_mask(src, self.pad_id)\n"
+        "        x = self.src_embed(src) * math.sqrt(self.d_model)\n")),
+    Mistake(T, "decode adds key padding to the mask it is given", r"only\s+forward builds masks", _edit(
+        TRANSFORMER, "        y = self.tgt_embed(tgt) * math.sqrt(self.d_model)\n",
+        "        pad = make_padding_mask(tgt, self.pad_id)\n"
+        "        tgt_mask = pad if tgt_mask is None else tgt_mask & pad\n"
+        "        y = self.tgt_embed(tgt) * math.sqrt(self.d_model)\n")),
     Mistake(T, "initialises before the parts exist (the loop sees no parameters)", r"Xavier", _edit(
         TRANSFORMER, "        self.d_model, self.pad_id = d_model, pad_id\n",
         "        self.d_model, self.pad_id = d_model, pad_id\n" + INIT, INIT + "\n    def encode", "\n    def encode")),

@@ -591,6 +591,38 @@ def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, eos_id=
         "        self.lm_head.weight = self.tok_embed.weight  # GPT-2 style tying\n")),
     Mistake("generate", "tests `if eos_id:`, so an EOS id of 0 never stops generation",
             r"eos_id is not None", _gen(_PICK_OK).replace("if eos_id is not None", "if eos_id")),
+    # issue 27: the cases the probes did not look at
+    Mistake("generate", "top-k clipped to the batch size (z.size(0)) instead of the vocabulary",
+            r"vocabulary\s+axis", _gen("""
+            if temperature == 0 or top_k == 1:
+                nxt = z.argmax(-1)
+            else:
+                z = z / temperature
+                if top_k is not None:
+                    kth = torch.topk(z, min(top_k, z.size(0)), dim=-1).values[:, -1:]
+                    z = z.masked_fill(z < kth, float("-inf"))
+                nxt = torch.multinomial(torch.softmax(z, -1), 1, generator=generator).squeeze(1)
+""")),
+    Mistake("generate", "top_k == 2 taken as greedy (top_k <= 2 treated like top_k == 1)",
+            r"always picked the most likely|do not follow", _gen("""
+            if temperature == 0 or (top_k is not None and top_k <= 2):
+                nxt = z.argmax(-1)
+            else:
+                z = z / temperature
+                if top_k is not None:
+                    kth = torch.topk(z, top_k, dim=-1).values[:, -1:]
+                    z = z.masked_fill(z < kth, float("-inf"))
+                nxt = torch.multinomial(torch.softmax(z, -1), 1, generator=generator).squeeze(1)
+""")),
+    Mistake("generate", "the finished mask sized by the prompt length, not the batch",
+            r"size|shape|eos", _gen(_PICK_OK).replace(
+                "finished = torch.zeros(prompt.size(0), dtype=torch.bool)",
+                "finished = torch.zeros(prompt.size(1), dtype=torch.bool)")),
+    Mistake("generate", "refuses prompt + max_new_tokens == model.max_len (>= instead of >)",
+            r"max_len", _gen(_PICK_OK).replace(
+                "    with torch.no_grad():\n",
+                "    if prompt.size(1) + max_new_tokens >= getattr(model, 'max_len', float('inf')):\n"
+                "        raise ValueError('too long for the model')\n    with torch.no_grad():\n", 1)),
 ]
 
 VARIANTS = [

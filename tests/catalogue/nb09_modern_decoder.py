@@ -19,6 +19,15 @@ def apply_rope(x, offset=0, base=10000.0):
     *_, L, D = x.shape
 """
 
+_ROPE_POS = """
+def apply_rope(x, offset=0, base=10000.0, positions=None):
+    *_, L, D = x.shape
+    pos = (torch.arange(offset, offset + L, dtype=torch.float64) if positions is None
+           else positions.double())
+    if pos.dim() == 2 and x.dim() == 4:
+        pos = pos[:, None]
+"""
+
 _SWIGLU_INIT = """
 class SwiGLU(nn.Module):
     def __init__(self, d_model, d_ff, bias=False):
@@ -289,6 +298,22 @@ class RMSNorm(nn.Module):
     a, b = x[..., 0::2], x[..., 1::2]
     return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2)
 """),
+    Mistake("apply_rope", "takes positions but ignores it (always offset + j)", r"positions. was ignored",
+            _ROPE_POS.replace("positions is None", "True") + """
+    inv = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    th = pos[..., None] * inv
+    c, s = th.cos().to(x.dtype), th.sin().to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2)
+"""),
+    Mistake("apply_rope", "half precision: cos and sin rounded to the input's dtype, bf16 arithmetic",
+            r"float32", _ROPE_POS + """
+    inv = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    th = pos[..., None] * inv
+    c, s = th.cos().to(x.dtype), th.sin().to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2)
+"""),
     Mistake("apply_rope", "writes the rotation into x in place", r"in place", _ROPE_HEAD + """
     inv = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
     th = torch.outer(torch.arange(offset, offset + L, dtype=torch.float64), inv)
@@ -535,43 +560,42 @@ class RMSNorm(nn.Module):
         return rms_norm(x, None, float(self.eps_t)) * self.weight
 """),
     # ================================================================ apply_rope
-    Variant("apply_rope", "complex numbers (view_as_complex, polar)", _ROPE_HEAD + """
+    Variant("apply_rope", "complex numbers (view_as_complex, polar), float64 inside", _ROPE_POS + """
     inv = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
-    th = torch.outer(torch.arange(offset, offset + L, dtype=torch.float64), inv)
+    th = pos[..., None] * inv
     z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], D // 2, 2).contiguous())
     out = torch.view_as_real(z * torch.polar(torch.ones_like(th), th))
     return out.reshape(x.shape).to(x.dtype)
 """),
     Variant("apply_rope", "x * cos + rotate_pairs(x) * sin with interleaved cos/sin, float32 angles",
-            _ROPE_HEAD + """
+            _ROPE_POS + """
     inv = 1.0 / (base ** (torch.arange(0, D, 2).float() / D))
-    th = torch.arange(offset, offset + L).float()[:, None] * inv[None, :]
-    cos = th.cos().repeat_interleave(2, dim=-1).to(x.dtype)
-    sin = th.sin().repeat_interleave(2, dim=-1).to(x.dtype)
-    rot = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).reshape(x.shape)
-    return x * cos + rot * sin
+    th = pos.float()[..., None] * inv
+    cos = th.cos().repeat_interleave(2, dim=-1)
+    sin = th.sin().repeat_interleave(2, dim=-1)
+    xf = x if x.dtype in (torch.float32, torch.float64) else x.float()
+    rot = torch.stack([-xf[..., 1::2], xf[..., 0::2]], dim=-1).reshape(x.shape)
+    return (xf * cos.to(xf.dtype) + rot * sin.to(xf.dtype)).to(x.dtype)
 """),
-    Variant("apply_rope", "a loop over pairs with math.cos", """
-def apply_rope(x, offset=0, base=10000.0):
-    L, D = x.shape[-2], x.shape[-1]
-    out = x.clone()
+    Variant("apply_rope", "a loop over pairs with math.pow frequencies, per-pair float32", _ROPE_POS + """
+    work = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+    out = torch.empty(x.shape, dtype=work)
     for i in range(D // 2):
-        w = base ** (-2 * i / D)
-        t = torch.tensor([(offset + j) * w for j in range(L)], dtype=torch.float64)
-        c, s = t.cos().to(x.dtype)[:, None], t.sin().to(x.dtype)[:, None]
-        a, b = x[..., 2 * i:2 * i + 1], x[..., 2 * i + 1:2 * i + 2]
+        t = pos * math.pow(base, -2 * i / D)
+        c, s = t.cos().to(work)[..., None], t.sin().to(work)[..., None]
+        a, b = x[..., 2 * i:2 * i + 1].to(work), x[..., 2 * i + 1:2 * i + 2].to(work)
         out[..., 2 * i:2 * i + 1] = a * c - b * s
         out[..., 2 * i + 1:2 * i + 2] = a * s + b * c
-    return out
+    return out.to(x.dtype)
 """),
-    Variant("apply_rope", "a block-diagonal rotation matrix per position (einsum)", _ROPE_HEAD + """
+    Variant("apply_rope", "a block-diagonal rotation matrix per position (einsum)", _ROPE_POS + """
     inv = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
-    th = torch.outer(torch.arange(offset, offset + L, dtype=torch.float64), inv)
-    Rm = torch.zeros(L, D, D, dtype=torch.float64)
+    th = pos[..., None] * inv
+    Rm = torch.zeros(*th.shape[:-1], D, D, dtype=torch.float64)
     i = torch.arange(D // 2)
-    Rm[:, 2 * i, 2 * i], Rm[:, 2 * i, 2 * i + 1] = th.cos(), -th.sin()
-    Rm[:, 2 * i + 1, 2 * i], Rm[:, 2 * i + 1, 2 * i + 1] = th.sin(), th.cos()
-    return torch.einsum("lij,...lj->...li", Rm, x.double()).to(x.dtype)
+    Rm[..., 2 * i, 2 * i], Rm[..., 2 * i, 2 * i + 1] = th.cos(), -th.sin()
+    Rm[..., 2 * i + 1, 2 * i], Rm[..., 2 * i + 1, 2 * i + 1] = th.sin(), th.cos()
+    return torch.einsum("...lij,...lj->...li", Rm, x.double()).to(x.dtype)
 """),
     # ================================================================ SwiGLU
     Variant("SwiGLU", "x * sigmoid(x) written out", _SWIGLU_INIT + """

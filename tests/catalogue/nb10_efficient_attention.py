@@ -151,6 +151,33 @@ def flash_attention(q, k, v, block_size=64, causal=False):
 '''),
     Mistake(A, "always computes in float32", r"dtype",
             _edit(FLASH, "    return acc / l", "    return (acc / l).float()")),
+    # issue 27: no running max (the scores' exp overflows only when they are large)
+    Mistake(S, "no running max at all: exp(x) summed as it is", r"overflow", '''
+def online_softmax(x, block_size):
+    l = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype, device=x.device)
+    for start in range(0, x.size(-1), block_size):
+        l = l + torch.exp(x[..., start:start + block_size]).sum(dim=-1, keepdim=True)
+    return torch.exp(x) / l
+'''),
+    Mistake(S, "the max of the first block only, never updated", r"overflow|max", '''
+def online_softmax(x, block_size):
+    m = x[..., :block_size].amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    l = torch.zeros_like(m)
+    for start in range(0, x.size(-1), block_size):
+        l = l + torch.exp(x[..., start:start + block_size] - m).sum(dim=-1, keepdim=True)
+    return torch.exp(x - m) / l
+'''),
+    Mistake(A, "no running max: p = exp(s), summed as it is", r"overflow", _edit(FLASH,
+            "        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))\n"
+            "        p = torch.exp(s - m_new)\n"
+            "        alpha = torch.exp(m - m_new)\n"
+            "        l = l * alpha + p.sum(dim=-1, keepdim=True)\n"
+            "        acc = acc * alpha + p @ v_blk\n"
+            "        m = m_new\n",
+            "        p = torch.exp(s)\n"
+            "        l = l + p.sum(dim=-1, keepdim=True)\n"
+            "        acc = acc + p @ v_blk\n")),
 ]
 
 VARIANTS = [

@@ -46,20 +46,28 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)
 
 
-def apply_rope(x, offset=0, base=10000.0):
+def apply_rope(x, offset=0, base=10000.0, positions=None):
     """Rotary position embedding on interleaved pairs.
 
-    x: (..., L, D), D even; row j sits at position offset + j. Features (2i, 2i+1) are rotated
-    by the angle pos * base**(-2i/D). Returns the same shape and dtype as x.
+    x: (..., L, D), D even; row j sits at position offset + j, or at positions[j] (positions
+    (L,)) or positions[b, j] (positions (B, L), the same for every head of x (B, H, L, D)).
+    Features (2i, 2i+1) are rotated by the angle pos * base**(-2i/D). Half-precision inputs are
+    rotated in float32. Returns the same shape and dtype as x.
     """
     *_, L, D = x.shape
     inv_freq = base ** (-torch.arange(0, D, 2, dtype=torch.float64, device=x.device) / D)  # (D/2,)
-    pos = torch.arange(offset, offset + L, dtype=torch.float64, device=x.device)  # (L,)
-    theta = torch.outer(pos, inv_freq)  # (L, D/2): angle of pair i at each position
-    cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
-    a, b = x[..., 0::2], x[..., 1::2]  # (..., L, D/2): the two halves of every pair
+    if positions is None:
+        pos = torch.arange(offset, offset + L, dtype=torch.float64, device=x.device)  # (L,)
+    else:
+        pos = positions.to(device=x.device, dtype=torch.float64)  # (L,) or (B, L)
+        if pos.dim() == 2 and x.dim() == 4:
+            pos = pos[:, None, :]  # (B, 1, L): the same positions for every head
+    theta = pos[..., None] * inv_freq  # (..., L, D/2): angle of pair i at each position
+    work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    cos, sin = theta.cos().to(work), theta.sin().to(work)
+    a, b = x[..., 0::2].to(work), x[..., 1::2].to(work)  # (..., L, D/2): the two halves of every pair
     out = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1)  # (..., L, D/2, 2)
-    return out.flatten(-2)  # (..., L, D): each rotated pair back at (2i, 2i+1)
+    return out.flatten(-2).to(x.dtype)  # (..., L, D): each rotated pair back at (2i, 2i+1)
 
 
 class SwiGLU(nn.Module):

@@ -81,7 +81,7 @@ def label_smoothing_cross_entropy(logits, target, smoothing=0.0, ignore_index=-1
     """Cross-entropy against the smoothed target (1 - smoothing) * one_hot + smoothing / V,
     averaged over the positions whose target is not ignore_index.
 
-    logits: (N, V) or (B, L, V); target: (N,) or (B, L) class ids. Returns a 0-D tensor, equal
+    logits: (..., V), any leading axes; target: the matching (...) class ids. Returns a 0-D tensor, equal
     to F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=ignore_index).
     """
     V = logits.size(-1)

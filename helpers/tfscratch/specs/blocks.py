@@ -152,6 +152,16 @@ def _missing(e, pat=r""):
     return [n for n in want if n not in got and re.search(pat, n)]
 
 
+def _aliased(e, pat):
+    """The names matching `pat` are all there, but exactly that many tensors fewer exist than
+    the specification's: the sub-module they name is another one's alias (shared)."""
+    got, want = _names(e)
+    names = [n for n in want if re.search(pat, n)]
+    g, w = e.meta("param_ids"), e._want["meta"].get(f"{e.p.name}.param_ids")
+    return bool(names) and all(n in got for n in names) and g is not None and w is not None \
+        and w - g == len(names)
+
+
 def _unexpected(e, pat=r""):
     got, want = _names(e)
     return [n for n in got if n not in want and re.search(pat, n)]
@@ -367,7 +377,8 @@ DEC_LAYER_DIAGNOSES = [
     SHORTCUT, NORM_INSIDE, NORM_SHARED,
     when("the masked self-attention and the cross-attention are the same module: they need "
          "their own weights, so create two attention modules.",
-         lambda e: bool(_missing(e, r"^cross_attn\.")) and not _unexpected(e)),
+         lambda e: (bool(_missing(e, r"^cross_attn\.")) and not _unexpected(e))
+         or _aliased(e, r"^cross_attn\.")),
     when("the cross-attention takes its queries from memory, so its output has memory's length: "
          "mind the argument order (query, key, value). Queries come from the decoder, keys and "
          "values from memory: cross_attn(h, memory, memory, src_mask).", _size_error(1)),

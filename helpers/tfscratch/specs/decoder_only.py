@@ -569,8 +569,15 @@ def _lost(e, gone, kept):
     """Parameters named `gone` (a prefix) are missing while `kept` is there: one module
     registered under two names, counted once."""
     got, want = _names(e)
-    return any(n.startswith(gone) for n in want) and not any(n.startswith(gone) for n in got) \
-        and any(n.startswith(kept) for n in got)
+    if any(n.startswith(gone) for n in want) and not any(n.startswith(gone) for n in got) \
+            and any(n.startswith(kept) for n in got):
+        return True
+    # parameters are listed under every name (aliases too): then the module under `gone` is
+    # there, and exactly its tensors are missing from the count of distinct ones
+    names = [n for n in want if n.startswith(gone)]
+    g, w = e.meta("param_ids"), e._want["meta"].get(f"{e.p.name}.param_ids")
+    return bool(names) and all(n in got for n in names) and g is not None and w is not None \
+        and w - g >= len(names)
 
 
 LM_DIAGNOSES = [
@@ -668,6 +675,48 @@ def _greedy(V, base, B, T0, n, **kw):
 def _sample(V, base, temperature, top_k):
     return call(_lm(V, 8, base), _same_prompt(_SAMPLES, V), 1, temperature=temperature,
                 top_k=top_k, use_cache=False)
+
+
+def _unigram(V, base, max_len=64):
+    """The stand-in whose logits are one fixed vector at every step (vm.ToyUnigramLM)."""
+    return _Seeded(base, "toy_unigram_lm", V, max_len)
+
+
+def _frequencies_all(V, T0, top_k=None, tol=0.035):
+    """Sampled rows of the unigram stand-in: the frequencies of every generated token (all rows,
+    all steps: one distribution), compared between the student's and the reference's samples."""
+    def compare(key, got, want):
+        if not key.endswith(".out"):
+            return "default"
+        if got.ndim != 2 or got.shape != want.shape:
+            return f"the output has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+        if not np.array_equal(got[:, :T0], want[:, :T0]):
+            return "the output does not start with the prompt"
+        new = got[:, T0:].reshape(-1).astype(np.int64)
+        if new.min() < 0 or new.max() >= V:
+            return f"sampled ids outside the vocabulary 0..{V - 1}"
+        f_got = np.bincount(new, minlength=V) / len(new)
+        f_want = np.bincount(want[:, T0:].reshape(-1).astype(np.int64), minlength=V) / len(new)
+        if np.abs(f_got - f_want).max() > tol:
+            k = "" if top_k is None else f", keeping the top_k={top_k} largest of the V={V} logits"
+            return (f"with {got.shape[0]} rows (fewer than top_k) and {got.shape[1] - T0} sampled "
+                    f"steps, the frequencies of the generated tokens {np.round(f_got, 3).tolist()} do "
+                    f"not follow softmax(logits / temperature){k} (expected about "
+                    f"{np.round(f_want, 3).tolist()}): top_k counts logits along the vocabulary "
+                    "axis (dim=-1), whatever the batch size")
+        return None
+    return compare
+
+
+def _full_length(key, got, want):
+    """The max_len probe: call 0 (greedy) compared as usual; call 1 (sampled) by its shape and
+    its prompt only."""
+    if not key.endswith(".out") or int(key.split(".")[-2]) == 0:
+        return "default"
+    if got.shape != want.shape:
+        return (f"the output has shape {tuple(got.shape)}, expected {tuple(want.shape)}: prompt + "
+                "max_new_tokens may equal the model's max_len (only more must be refused)")
+    return None if np.array_equal(got[:, :5], want[:, :5]) else "the output does not start with the prompt"
 
 
 def _eos_case(V, base, B, T0, n, eos, n_with_eos, temperature=1.0):
@@ -830,6 +879,16 @@ GENERATE = Exercise("generate", ref="decoder_only.generate", diagnose=GENERATE_D
           compare=_frequencies(8, 3), what="top_k=3 at temperature 0.5"),
     Probe("sampling top-k 5", (f"{GEN}_sampling",), [_sample(8, 814, 0.3, 5)],
           compare=_frequencies(8, 5), what="top_k=5 at temperature 0.3"),
+    Probe("sampling top-k 2", (f"{GEN}_sampling",),
+          [call(_unigram(8, 815), _same_prompt(_SAMPLES, 8), 1, temperature=1.0, top_k=2,
+                use_cache=False)],
+          compare=_frequencies(8, 2), what="top_k=2 at temperature 1.0 (two tokens, sampled)"),
+    Probe("sampling top-k, small batch", (f"{GEN}_sampling",),
+          [call(_unigram(8, 816), randint(0, 8, 3, 2), 1500, temperature=1.0, top_k=6,
+                use_cache=False)],
+          compare=_frequencies_all(8, 2, 6),
+          what="top_k=6 of 8 logits with a batch of 3 rows, 1500 sampled steps (a model whose "
+               "logits are the same at every step)"),
     Probe("eos", (f"{GEN}_eos",), [_eos_case(3, 821, 48, 3, 12, 2, 16)],
           compare=_eos_rules(3, 12, 2, 16),
           what="48 sampled rows with eos_id=2, 16 of whose prompts already hold it"),
@@ -838,8 +897,20 @@ GENERATE = Exercise("generate", ref="decoder_only.generate", diagnose=GENERATE_D
           what="eos_id=0 (an id like any other), 16 prompts holding it"),
     Probe("eos greedy", (f"{GEN}_eos",),
           [_greedy(5, 823, 6, 3, 10, eos_id=4), _greedy(5, 824, 6, 3, 10, eos_id=0),
-           _greedy(5, 825, 3, 3, 6)],
-          what="greedy with eos_id 4 and 0, and eos_id=None (exactly max_new_tokens)"),
+           _greedy(5, 825, 3, 3, 6), _greedy(5, 827, 2, 7, 10, eos_id=1),
+           _greedy(5, 828, 9, 2, 10, eos_id=3)],
+          what="greedy with eos_id 4 and 0, eos_id=None (exactly max_new_tokens), and batch sizes "
+               "smaller and larger than the prompt length (2 x 7, 9 x 2)"),
+    Probe("eos batch", (f"{GEN}_eos",), [_eos_case(3, 826, 20, 11, 12, 1, 10)],
+          compare=_eos_rules(11, 12, 1, 10),
+          what="20 sampled rows of prompts of length 11 with eos_id=1, 10 of them holding it"),
+    Probe("max_len", (f"{GEN}_greedy_cache",),
+          [call(_unigram(8, 829, max_len=12), randint(0, 8, 2, 4), 8, temperature=0.0,
+                use_cache=False),
+           call(_unigram(8, 830, max_len=12), randint(0, 8, 3, 5), 7, temperature=1.0,
+                use_cache=False)],
+          compare=_full_length,
+          what="a model with max_len=12 asked for exactly 12 tokens in all (prompt + new): allowed"),
 ])
 
 

@@ -54,6 +54,16 @@ def _masked(g):
     return x
 
 
+def _overflow(g):
+    """(4, 40): rows rising by hundreds from block to block (blocks of 8): exp of a score
+    overflows float32 (past ~88.7) unless the running max is subtracted in every block, and a
+    max taken from the first block only is too small for the later ones."""
+    x = torch.randn(4, 40, generator=g) * 3 + torch.linspace(0, 600, 40)
+    x[1] = x[1].flip(0)             # the max in the first block
+    x[2, 17] += 400.0               # a spike in the middle
+    return x
+
+
 def _masked_ragged(g):
     """(2, 3, 11) with -inf entries, blocks of 4: masked leading blocks, a finite tail only."""
     x = torch.randn(2, 3, 11, generator=g) * 3
@@ -314,6 +324,16 @@ def _flash_like(message, bug, causal_only=False):
     return like(message, fn)
 
 
+def _overflowed(e):
+    """Some output is NaN or inf where the reference's is finite."""
+    for ci in range(len(e.pd["calls"])):
+        g, w = e.out(ci), e.want_out(ci)
+        if g is not None and w is not None and g.shape == w.shape \
+                and (~np.isfinite(g) & np.isfinite(w)).any():
+            return True
+    return False
+
+
 FLASH_DIAGNOSES = [
     when("the whole (Lq, Lk) score matrix is held at some point, in this thread or another: "
          "blockwise attention keeps one (Lq, block_size) block of scores at a time.",
@@ -342,6 +362,9 @@ FLASH_DIAGNOSES = [
                 "when j > i).", "inverted causal", causal_only=True),
     _flash_like("causal=True is ignored: every query sees every key.", "ignores causal",
                 causal_only=True),
+    when("NaN or inf in the output where the scores are large: exp overflowed (float32 overflows "
+         "past exp(88.7)). Subtract the running max in every block, p = exp(s - m_new), and "
+         "rescale the old sum and accumulator by exp(m_old - m_new).", _overflowed),
 ]
 
 
@@ -357,6 +380,11 @@ EXERCISES = [
               [call(given(_grow_late, "a much larger max in the short last block"), 8)],
               compare=_keep_dtype,
               what="the max in the last, shorter block (blocks of 8 over 30 entries)"),
+        Probe("overflow", ("test_online_softmax_values",),
+              [call(given(_overflow, "rows rising by hundreds: exp overflows without the max"), 8)],
+              compare=_keep_dtype,
+              what="scores in the hundreds: exp overflows float32 unless the running max is "
+                   "subtracted in every block"),
         Probe("blocks", ("test_online_softmax_blocks",),
               [call(randn(*shape, scale=3.0), bs, shapes=True) for shape, bs in _BLOCKS],
               compare=_one_block_at_a_time([bs for _, bs in _BLOCKS]),
@@ -385,6 +413,12 @@ EXERCISES = [
                _flash((3,), 4, 40, 8, 2, 40, False), _flash((1,), 12, 25, 4, 4, 1, False)],
               compare=_keep_dtype,
               what="not causal: Lq != Lk, d_v != d_k, block sizes that do and do not divide Lk"),
+        Probe("large scores", ("test_flash_attention_values", "test_flash_attention_causal"),
+              [_flash((2,), 16, 24, 8, 4, 8, False, scale=12.0),
+               _flash((2, 2), 20, 20, 8, 4, 6, True, scale=12.0)],
+              compare=_keep_dtype, atol=1e-4, rtol=1e-3,
+              what="scores in the hundreds (q and k scaled by 12): exp overflows float32 unless "
+                   "the running max is subtracted in every block"),
         Probe("causal", ("test_flash_attention_causal",),
               [_flash((2,), 20, 20, 8, 8, 8, True), _flash((1, 2), 13, 13, 4, 6, 5, True),
                _flash((3,), 7, 7, 4, 4, 1, True), _flash((2, 2), 33, 33, 8, 5, 6, True),

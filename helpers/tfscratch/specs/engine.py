@@ -250,6 +250,8 @@ class _Builder:
         key = f"t{self.n}"
         self.n += 1
         self.tensors[key] = vm._np(t) if isinstance(t, torch.Tensor) else np.asarray(t)
+        if isinstance(t, torch.Tensor) and t.dtype in (torch.bfloat16, torch.float16):
+            return {"$t": key, "cast": str(t.dtype).replace("torch.", "")}  # stored as float32
         return {"$t": key}
 
     def value(self, v, g):
@@ -520,20 +522,29 @@ def judge_probe(p: Probe, want: dict, got: dict) -> str | None:
             return (f"{label(key)} is {gm.get(key) or 'missing'}, expected {w}: "
                     "the result must be made on the input's device (and dtype)")
     if p.params:
+        # What the contract promises: every parameter the specification names is reachable under
+        # that name with its shape (names listed with their aliases: a layer kept in an
+        # nn.Sequential and exposed as `linear1` counts under both), and as many distinct tensors.
         wp, gp = wm.get(f"{p.name}.params"), gm.get(f"{p.name}.params")
-        if gp is not None and sorted(map(tuple, [(n, tuple(s)) for n, s in gp])) != \
-                sorted(map(tuple, [(n, tuple(s)) for n, s in wp])):
-            ws = {n for n, _ in wp}
-            gs = {n for n, _ in gp}
-            extra, missing = sorted(gs - ws)[:3], sorted(ws - gs)[:3]
-            return ("the module's parameters differ from the specification's"
-                    + (f"; missing {missing}" if missing else "")
-                    + (f"; unexpected {extra}" if extra else "")
-                    + ("" if missing or extra else "; same names, other shapes"))
-        if gm.get(f"{p.name}.param_ids") != wm.get(f"{p.name}.param_ids"):
-            return (f"the module holds {gm.get(f'{p.name}.param_ids')} distinct parameter tensors, "
-                    f"the specification {wm.get(f'{p.name}.param_ids')}: a sub-module is shared "
-                    "where each layer needs its own")
+        ids_g, ids_w = gm.get(f"{p.name}.param_ids"), wm.get(f"{p.name}.param_ids")
+        if gp is not None and wp is not None:
+            ws = {n: tuple(s) for n, s in wp}
+            gs = {n: tuple(s) for n, s in gp}
+            missing = sorted(n for n in ws if n not in gs)[:3]
+            shaped = sorted(n for n in ws if n in gs and gs[n] != ws[n])[:3]
+            extra = sorted(n for n in gs if n not in ws)[:3]
+            if missing or shaped or (extra and ids_g is not None and ids_w is not None
+                                     and ids_g > ids_w):
+                return ("the module's parameters differ from the specification's"
+                        + (f"; missing {missing}" if missing else "")
+                        + (f"; unexpected {extra}" if extra and (missing or ids_g != ids_w) else "")
+                        + (f"; other shapes: {[(n, gs[n], ws[n]) for n in shaped]}" if shaped else ""))
+        if ids_g != ids_w:
+            why = ("a sub-module is shared where each layer needs its own"
+                   if ids_g is not None and ids_w is not None and ids_g < ids_w else
+                   "a parameter the specification shares (tied) is a separate tensor in yours")
+            return (f"the module holds {ids_g} distinct parameter tensors, the specification "
+                    f"{ids_w}: {why}")
     for key in wm:
         if key.startswith(f"{p.name}.after.") and str(gm.get(key, "")).startswith("missing"):
             return f"attribute {key.split('.after.')[1]!r} {gm[key]}"

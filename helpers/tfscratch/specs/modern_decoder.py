@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from . import vm
-from .engine import Exercise, Input, Probe, call, ctor, given, label, like, prev, randn, shapes, when
+from .engine import Exercise, Input, Probe, call, ctor, given, label, like, prev, randint, randn, shapes, when
 
 ROPE_ATOL = 5e-5   # float32 angles at positions up to 64 (COURSE_SPEC 09/10 test ranges)
 
@@ -149,6 +149,12 @@ def _extra(e):
     """Parameters the student's module has and the specification's does not."""
     want = set(e.ref_params())
     return [n for n in (_names(e) or []) if n not in want]
+
+
+def _param_ids(e):
+    """(student's, specification's) number of distinct parameter tensors (aliases and tied
+    weights count once), or None where not captured."""
+    return e.meta("param_ids"), e._want["meta"].get(f"{e.p.name}.param_ids")
 
 
 def _missing(e, name):
@@ -336,7 +342,26 @@ ROPE_DIAGNOSES = [
                "cached ones).", use_offset=False),
     _rope_like("positions start at 1: row j sits at position offset + j, so the first row of an "
                "offset-0 call is not rotated at all.", start=1),
+    when("apply_rope does not take `positions`: the signature is apply_rope(x, offset=0, "
+         "base=10000.0, positions=None).", lambda e: "positions" in e.error),
+    like("`positions` was ignored: when it is given, row j sits at positions[j] (or positions[b, j]), "
+         "not at offset + j.",
+         lambda x, offset=0, base=10000.0, positions=None:
+         None if positions is None else _rope_plain(x, offset, base)),
+    when("in half precision the rotation must be computed in float32 (upcast x, float32 cos and "
+         "sin) and rounded to the input's dtype once at the end: rounding cos, sin and every "
+         "product to bfloat16/float16 adds errors of its own.",
+         lambda e: "dtype" not in e.problem and not e.error, probes=("half",)),
 ]
+
+
+def _rope_plain(x, offset, base):
+    """The rotation at positions offset + j (positions ignored), in float64."""
+    L, D = x.shape[-2], x.shape[-1]
+    inv = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    th = torch.arange(offset, offset + L, dtype=torch.float64)[:, None] * inv
+    a, b = x.double()[..., 0::2], x.double()[..., 1::2]
+    return torch.stack([a * th.cos() - b * th.sin(), a * th.sin() + b * th.cos()], -1).flatten(-2)
 
 
 # SwiGLU
@@ -488,7 +513,7 @@ def _lm_like(message, **kw):
 def _copied(e):
     a, b = e.got("after.lm_head.weight"), e.got("after.tok_embed.weight")
     return a is not None and b is not None and a.shape == b.shape and np.array_equal(a, b) \
-        and "lm_head.weight" in _extra(e)
+        and (lambda g, w: g is not None and w is not None and g > w)(*_param_ids(e))
 
 
 def _after_not_compared(key, got, want):
@@ -503,13 +528,15 @@ LM_DIAGNOSES = [
          "gain only, not nn.LayerNorm, and every nn.Linear has bias=False).",
          lambda e: any(n.endswith("bias") for n in _extra(e))),
     when("lm_head.weight is tok_embed.weight although tie_weights=False: tie them only when asked.",
-         lambda e: _missing(e, "lm_head.weight"), probes=("structure untied",)),
+         lambda e: (lambda g, w: g is not None and w is not None and g < w)(*_param_ids(e)),
+         probes=("structure untied",)),
     when("lm_head.weight holds the same numbers as tok_embed.weight, but as two tensors: a copy, not a "
          "tie, and the two drift apart as soon as training starts. Tie them: self.lm_head.weight = "
          "self.tok_embed.weight.", _copied, probes=("structure",)),
     when("lm_head.weight is not tok_embed.weight, so the output layer does not follow the embedding: "
          "tie them (self.lm_head.weight = self.tok_embed.weight).",
-         lambda e: "lm_head.weight" in _extra(e), probes=("structure",)),
+         lambda e: (lambda g, w: g is not None and w is not None and g > w)(*_param_ids(e)),
+         probes=("structure",)),
     _lm_like("the final RMSNorm is missing: logits = lm_head(norm(x)).", final_norm=False),
     _lm_like("the embeddings are multiplied by sqrt(d_model) (notebook 08's convention); this model "
              "uses tok_embed(tokens) as it is.", scale_embed=True),
@@ -630,6 +657,21 @@ EXERCISES = [
                call(randn(2, 1, 8, 6, dtype="float64"))],
               atol=ROPE_ATOL, compare=_same_dtype,
               what="random shapes, offsets up to 62, base 100 and 500, float32 and float64"),
+        Probe("positions", ("test_apply_rope_positions",),
+              [call(randn(2, 3, 5, 8), positions=randint(0, 60, 2, 5), **_untouched()),
+               call(randn(3, 6, 10), positions=randint(0, 60, 3, 6)),
+               call(randn(7, 12), positions=randint(0, 60, 7)),
+               call(randn(2, 4, 8), offset=5, positions=randint(0, 60, 4), base=500.0)],
+              atol=ROPE_ATOL, compare=_same_dtype,
+              what="positions per row: (B, L) for (B, H, L, D) and (B, L, D) inputs, (L,) for "
+                   "(L, D), and positions given with an offset (positions win)"),
+        Probe("half", ("test_apply_rope_half",),
+              [call(randn(3, 2, 40, 16, scale=2.0, dtype="bfloat16"), offset=10),
+               call(randn(2, 30, 32, scale=2.0, dtype="float16"), offset=30),
+               call(randn(2, 4, 8, dtype="bfloat16"), positions=randint(0, 60, 2, 4))],
+              atol=1e-3, rtol=4e-3, compare=_same_dtype,
+              what="bfloat16 and float16 inputs: rotated in float32 and rounded once, returned "
+                   "in the input's dtype"),
     ]),
     Exercise("SwiGLU", ref="modern_decoder.SwiGLU", diagnose=SWIGLU_DIAGNOSES, probes=[
         Probe("structure", (shapes("test_SwiGLU_structure"),), make=ctor(12, 28), calls=[], params=True,

@@ -119,13 +119,14 @@ def _toy(vocab, d, pad_id, base_seed):
 # -- Transformer mistakes: the reference module wired wrongly --------------------------------
 
 def _wired(ref, method, args, kwargs, scale="mul", pe=1, tgt_table="tgt", enc_mask=True,
-           cross_mask=True, causal="tril", mask_pad=None, post=None):
+           cross_mask=True, causal="tril", mask_pad=None, post=None, own_masks=False):
     """What `ref` (the reference module, the probe's weights) returns for one call when it is
     wired with one mistake: the embedding scale ("none", "div", "after": times sqrt(d) after
     the positions), the positions added `pe` times, the target table, encode dropping its
     mask, forward not passing src_mask to decode, forward's own tgt_mask ("pad": padding
     only, "triu": inverted), forward's masks built from `mask_pad`, a (log-)softmax after
-    the generator."""
+    the generator, encode and decode building padding masks from pad_id when none is given
+    (`own_masks`: "encode" or "decode")."""
     from tfscratch.reference import make_decoder_mask, make_padding_mask
     k = math.sqrt(ref.d_model)
 
@@ -137,10 +138,15 @@ def _wired(ref, method, args, kwargs, scale="mul", pe=1, tgt_table="tgt", enc_ma
         return x * k if scale == "after" else x
 
     def encode(src, src_mask=None):
+        if own_masks == "encode" and src_mask is None:
+            src_mask = make_padding_mask(src, ref.pad_id)
         return ref.encoder(embed(ref.src_embed, src), src_mask if enc_mask else None)
 
     def decode(tgt, memory, src_mask=None, tgt_mask=None):
         table = ref.src_embed if tgt_table == "src" else ref.tgt_embed
+        if own_masks == "decode":
+            pad = make_padding_mask(tgt, ref.pad_id)
+            tgt_mask = pad if tgt_mask is None else tgt_mask & pad
         return ref.decoder(embed(table, tgt), memory, src_mask, tgt_mask)
 
     def forward(src, tgt, src_mask=None, tgt_mask=None):
@@ -247,6 +253,12 @@ TRANSFORMER_DIAGNOSES = [
           "src_mask to decode as well as to encode.", cross_mask=False),
     wired("forward builds its masks with pad id 0: use self.pad_id (here token 0 is an ordinary "
           "token and another id pads).", mask_pad=0),
+    wired("encode built a padding mask from pad_id although none was given: only forward builds "
+          "masks (encode(src, src_mask=None) uses exactly the mask it is given, or none; greedy "
+          "decoding and the tests pass their own).", own_masks="encode"),
+    wired("decode added a padding mask from pad_id to the masks it was given: only forward "
+          "builds masks (decode(tgt, memory, src_mask, tgt_mask) uses exactly the masks it is "
+          "given; greedy decoding and the tests pass their own).", own_masks="decode"),
 ]
 
 
@@ -299,10 +311,12 @@ TRANSFORMER = Exercise("Transformer", ref="transformer.Transformer", shortcuts=(
           what="encode(src) and decode(tgt, memory, None, causal) without padding: "
                "src_embed / tgt_embed times sqrt(d_model), then the positional encoding"),
     Probe("embed pre-norm", (T_EMB,),
-          [call(_ids(3, 5, 12, low=0), method="encode"),
-           call(_ids(3, 6, 12, low=0), randn(3, 5, 24), None, _causal(6), method="decode")],
+          [call(_ids(3, 5, 12, low=0, zero_at=(1, 2)), method="encode"),
+           call(_ids(3, 6, 12, low=0, zero_at=(2, 3)), randn(3, 5, 24), None, _causal(6),
+                method="decode")],
           make=ctor(12, 15, 24, 3, 2, 40, norm_first=True), load="reference", mode="eval",
-          atol=1e-4, what="encode and decode with norm_first=True, d_model=24"),
+          atol=1e-4, what="encode and decode with norm_first=True, d_model=24, on ids that hold "
+                          "the pad id 0 (no mask given: encode and decode must not build one)"),
     Probe("causal", (T_CAUSAL,),
           [call(_ids(2, 6, 15, low=1), _ids(2, 6, 15, low=1)),
            call(_ids(2, 6, 15, low=1), _ids(2, 6, 15, low=1), tgt_mask=_causal(6))],

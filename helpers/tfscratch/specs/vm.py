@@ -219,7 +219,23 @@ class ToyCacheLM(torch.nn.Module):
         return logits
 
 
-FIXTURES = {"toy_seq2seq": ToySeq2Seq, "toy_lm": ToyLM, "toy_seq2seq_masked": ToySeq2SeqMasked,
+class ToyUnigramLM(torch.nn.Module):
+    """A language model `forward(tokens) -> logits (B, T, V)` whose logits are the same fixed
+    vector at every position, whatever the tokens: every step of a sampled generation draws
+    from one distribution, so the frequencies of all generated tokens of a few rows can be
+    compared (a batch smaller than top_k, many steps). `max_len` is an attribute only."""
+
+    def __init__(self, vocab: int, max_len: int = 64):
+        super().__init__()
+        self.max_len = max_len
+        self.logits = torch.nn.Parameter(torch.linspace(1.5, -1.5, vocab) + 0.1 * torch.randn(vocab))
+
+    def forward(self, tokens):
+        B, T = tokens.shape
+        return self.logits.expand(B, T, -1).clone()
+
+
+FIXTURES = {"toy_unigram_lm": ToyUnigramLM, "toy_seq2seq": ToySeq2Seq, "toy_lm": ToyLM, "toy_seq2seq_masked": ToySeq2SeqMasked,
             "toy_cache_lm": ToyCacheLM}
 
 
@@ -233,6 +249,8 @@ class _Ctx:
         if isinstance(v, dict):
             if "$t" in v:
                 t = torch.from_numpy(np.array(self.tensors[v["$t"]]))
+                if v.get("cast") in ("bfloat16", "float16"):   # half precision, stored as float32
+                    t = t.to(getattr(torch, v["cast"]))
                 if v.get("device"):
                     t = t.to(v["device"])
                 return t.requires_grad_(True) if want_grad else t
@@ -839,7 +857,7 @@ def run_probe(probe: dict, target, tensors: dict, namespace: dict,
             except AttributeError as e:
                 meta[f"{p}.after.{name}"] = f"missing: {e}"
         if probe.get("params"):
-            named = list(obj.named_parameters())
+            named = list(obj.named_parameters(remove_duplicate=False))  # aliases under every name
             meta[f"{p}.params"] = [[n, list(t.shape)] for n, t in named]
             meta[f"{p}.param_ids"] = len({id(t) for _, t in named})
             for n, t in named:
