@@ -294,17 +294,37 @@ def add_verdicts(nb, verdicts: dict | None):
         if c.cell_type != "code" or gid not in verdicts:
             continue
         passed, message = verdicts[gid]
-        c.outputs = [_verdict_output(gid, passed, str(message)[:2000])]
+        own = next((o for o in c.get("outputs", []) if o.get("output_type") == "error"), None)
+        if not passed and own is not None and own.get("ename") == "NotDone":
+            continue          # the stub, as the notebook showed it: "not attempted" either way
+        c.outputs = [_verdict_output(gid, passed, str(message)[:2000], own)]
     return nb
 
 
-def _verdict_output(gid: str, passed: bool, message: str):
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _student_lines(own) -> list[str]:
+    """From the notebook's own failure box: the student's line(s) it pointed at ("your code,
+    Cell In[5], line 7, in softmax:" and the source line under it), nothing of its verdict."""
+    if own is None:
+        return []
+    lines = _ANSI.sub("", "\n".join(own.get("traceback") or [])).splitlines()
+    out = []
+    for i, ln in enumerate(lines):
+        if ln.strip().startswith("your code, "):
+            out += [ln] + [x for x in lines[i + 1:i + 2] if x.startswith("      ")]
+    return out
+
+
+def _verdict_output(gid: str, passed: bool, message: str, own=None):
     import nbformat
     if passed:
         return _stream(f"\u2714 {gid}: graded by the independent check: passed\n")
-    return nbformat.v4.new_output(
-        "error", ename="CheckFailed", evalue=message,
-        traceback=[f"\u2718 {gid}: graded by the independent check: failed\n{message}"])
+    box = [f"\u2718 {gid}: graded by the independent check: failed"]
+    box += [f"  {ln}" for ln in message.rstrip().splitlines()] + _student_lines(own)
+    return nbformat.v4.new_output("error", ename="CheckFailed", evalue=message,
+                                  traceback=["\n".join(box)])
 
 
 def clean_feedback_notebook(nb, source=None, *, reveal_hidden: bool = False,
