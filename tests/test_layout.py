@@ -26,6 +26,8 @@ SPEC = {
                           "ModernDecoderLM", "top_p_filter"],
     "10_efficient_attention": ["online_softmax", "flash_attention"],
     "11_tokenizer": ["train_bpe", "Tokenizer"],
+    "12_training": ["get_batch", "AdamW", "cosine_schedule", "clip_grad_norm", "save_checkpoint",
+                    "load_checkpoint", "evaluate"],
 }
 
 

@@ -112,6 +112,9 @@ MODULE_SHORTCUTS = {
     "rms_norm": ("RMSNorm", "LayerNorm"),
 }
 _HUMAN = {
+    "adamw": "torch.optim.AdamW / torch.optim.Adam",
+    "clip_grad_norm": "torch.nn.utils.clip_grad_norm_ / get_total_norm",
+    "lr_scheduler": "torch.optim.lr_scheduler",
     "softmax": "torch.softmax / F.softmax / Tensor.softmax / nn.Softmax",
     "attention": "F.scaled_dot_product_attention",
     "multihead": "nn.MultiheadAttention / F.multi_head_attention_forward / F.scaled_dot_product_attention",

@@ -26,6 +26,7 @@ _MODULES = [
     "modern_decoder",  # solutions/src/09_modern_decoder.py
     "efficient_attention",  # solutions/src/10_efficient_attention.py
     "tokenizer",  # solutions/src/11_tokenizer.py
+    "training",  # solutions/src/12_training.py
 ]
 __all__ = []
 for _name in _MODULES:

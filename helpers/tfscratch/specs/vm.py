@@ -239,6 +239,201 @@ FIXTURES = {"toy_unigram_lm": ToyUnigramLM, "toy_seq2seq": ToySeq2Seq, "toy_lm":
             "toy_cache_lm": ToyCacheLM}
 
 
+# -- drivers: a probe call that runs the student's object inside a small procedure -----------
+# A call whose `method` is "@name" runs DRIVERS[name](obj, *args, **kwargs): notebook 12's
+# optimizer, gradient clipping, checkpoints, batches and evaluation are judged on what they do
+# to a model trained here, with the other half of each procedure written independently here
+# (the checkpoint's reader and writer, the training loop), never the course's solution.
+
+def _toy_params(seed: int):
+    """The parameters of a small two-layer network and a regression batch, from `seed`."""
+    g = torch.Generator().manual_seed(int(seed))
+    shapes = [(8, 6), (8,), (3, 8), (3,)]
+    params = [(0.5 * torch.randn(s, generator=g)).requires_grad_(True) for s in shapes]
+    x, y = torch.randn(16, 6, generator=g), torch.randn(16, 3, generator=g)
+    return params, x, y
+
+
+def _toy_loss(params, x, y):
+    w1, b1, w2, b2 = params
+    return ((torch.tanh(x @ w1.T + b1) @ w2.T + b2 - y) ** 2).mean()
+
+
+def drive_optimizer(cls, seed, steps, kwargs):
+    """`steps` steps of `cls(params, **kwargs)` on the toy regression; the parameters after
+    them, the losses on the way, and the state_dict's moments of the first parameter."""
+    params, x, y = _toy_params(seed)
+    opt = cls(params, **kwargs)
+    losses = []
+    for _ in range(int(steps)):
+        for p in params:
+            p.grad = None
+        loss = _toy_loss(params, x, y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return {"params": [p.detach().clone() for p in params],
+            "losses": torch.tensor(losses, dtype=torch.float64)}
+
+
+def drive_clip(fn, seed, max_norm, scale, as_generator=False):
+    """fn(parameters, max_norm) on parameters with seeded gradients (one without a gradient);
+    the returned norm and every gradient afterwards."""
+    g = torch.Generator().manual_seed(int(seed))
+    params = [torch.zeros(s, requires_grad=True) for s in [(4, 5), (5,), (3, 4), (7,)]]
+    for i, p in enumerate(params):
+        if i != 2:
+            p.grad = scale * torch.randn(p.shape, generator=g)
+    norm = fn(iter(params) if as_generator else params, max_norm)
+    return {"norm": torch.as_tensor(norm, dtype=torch.float64).detach().reshape(()),
+            "grads": [p.grad.clone() for p in params if p.grad is not None]}
+
+
+def drive_schedule(fn, steps, *args):
+    """fn(step, *args) for every step of `steps` (float64)."""
+    return torch.tensor([float(fn(int(s), *args)) for s in steps], dtype=torch.float64)
+
+
+class _CkptModel(torch.nn.Module):
+    def __init__(self, seed):
+        super().__init__()
+        g = torch.Generator().manual_seed(int(seed))
+        self.lin1 = torch.nn.Linear(6, 8)
+        self.lin2 = torch.nn.Linear(8, 3)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+
+    def forward(self, x):
+        return self.lin2(torch.tanh(self.lin1(x)))
+
+
+def _ckpt_run(seed, save, load, before, after):
+    """Train `before` steps, save, train `after` steps; then a fresh model and optimizer,
+    load, `after` steps again. The learning rate depends on the step, so the step counts."""
+    g = torch.Generator().manual_seed(int(seed) + 1)
+    x, y = torch.randn(16, 6, generator=g), torch.randn(16, 3, generator=g)
+
+    def lr(step):
+        return 0.05 * (0.9 ** step)
+
+    def train(model, opt, start, n):
+        out = []
+        for step in range(start, start + n):
+            for gr in opt.param_groups:
+                gr["lr"] = lr(step)
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            out.append(float(loss))
+        return out
+
+    model = _CkptModel(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr(0), weight_decay=0.1)
+    train(model, opt, 0, int(before))
+    path = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"tfs-checkpoint-{os.getpid()}-{seed}.pt")
+    try:
+        save(model, opt, int(before), path)
+        straight = train(model, opt, int(before), int(after))
+        model2 = _CkptModel(int(seed) + 7)
+        opt2 = torch.optim.AdamW(model2.parameters(), lr=lr(0), weight_decay=0.1)
+        step = load(path, model2, opt2)
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
+    resumed = train(model2, opt2, int(step), int(after))
+    return {"step": int(step), "straight": torch.tensor(straight, dtype=torch.float64),
+            "resumed": torch.tensor(resumed, dtype=torch.float64)}
+
+
+def drive_save(fn, seed, before, after):
+    """The student's save_checkpoint; the checkpoint read back here as the notebook states it:
+    torch.load(path) is {"model": ..., "optimizer": ..., "step": ...}."""
+    def load(path, model, opt):
+        ck = torch.load(path, weights_only=False)
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        return ck["step"]
+    return _ckpt_run(seed, fn, load, before, after)
+
+
+def drive_load(fn, seed, before, after):
+    """The student's load_checkpoint on a checkpoint written here in the notebook's format."""
+    def save(model, opt, step, path):
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, path)
+    return _ckpt_run(seed, save, fn, before, after)
+
+
+class _EvalLM(torch.nn.Module):
+    """A small causal LM with dropout (so the mode matters): logits (B, T, V), or (logits,
+    None) when `tuple_out`, like 09's ModernDecoderLM."""
+
+    def __init__(self, seed, vocab, tuple_out):
+        super().__init__()
+        g = torch.Generator().manual_seed(int(seed))
+        self.tuple_out = tuple_out
+        self.embed = torch.nn.Parameter(torch.randn(vocab, 8, generator=g))
+        self.head = torch.nn.Parameter(torch.randn(vocab, 8, generator=g))
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, tokens):
+        T = tokens.shape[1]
+        h = self.embed[tokens].cumsum(1) / torch.arange(1, T + 1).view(1, T, 1)
+        logits = self.drop(torch.tanh(h)) @ self.head.T
+        return (logits, None) if self.tuple_out else logits
+
+
+def drive_evaluate(fn, seed, vocab, n_tokens, context_length, batch_size, tuple_out=False,
+                   train=True, numpy=False):
+    """fn(model, data, context_length, batch_size) on a seeded model and data; its loss and
+    perplexity as float64, and whether the model is in training mode afterwards."""
+    g = torch.Generator().manual_seed(int(seed))
+    model = _EvalLM(seed, vocab, tuple_out).train(bool(train))
+    data = torch.randint(0, vocab, (int(n_tokens),), generator=g)
+    out = fn(model, data.numpy() if numpy else data, context_length, batch_size=batch_size)
+    loss, ppl = out
+    return {"loss": torch.as_tensor(float(loss), dtype=torch.float64),
+            "perplexity": torch.as_tensor(float(ppl), dtype=torch.float64),
+            "training_after": bool(model.training)}
+
+
+def drive_batch(fn, seed, n_tokens, batch_size, context_length, calls=1, numpy=False,
+                device="cpu"):
+    """fn(data, batch_size, context_length, device, generator) on data whose token at i is i
+    (so a window shows where it starts): x and y of the first call, the starts over `calls`
+    calls (one generator), whether the same seed repeats the batch, and the device."""
+    data = torch.arange(int(n_tokens))
+    src = data.numpy() if numpy else data
+    gen = torch.Generator().manual_seed(int(seed))
+    x, y = fn(src, batch_size, context_length, device, gen)
+    out = {"device": f"{x.device.type},{y.device.type}", "dtype": f"{x.dtype},{y.dtype}",
+           "shape": torch.tensor([list(x.shape), list(y.shape)])}
+    if x.device.type == "meta" or y.device.type == "meta" or x.dim() != 2 or x.shape != y.shape:
+        return out
+    x, y = x.cpu().long(), y.cpu().long()
+    span = int(n_tokens) - int(context_length)
+    out.update(x_is_window=bool((x[:, 1:] - x[:, :-1] == 1).all() and (x[:, 0] >= 0).all()),
+               y_is_next=bool(torch.equal(y, x + 1)), y_equals_x=bool(torch.equal(y, x)),
+               in_bounds=bool(y.max() < int(n_tokens) and x.min() >= 0))
+    if int(calls) > 1:
+        starts = [x[:, 0].clone()]
+        for _ in range(int(calls) - 1):
+            xs, _ys = fn(src, batch_size, context_length, device, gen)
+            starts.append(xs[:, 0].cpu().long().clone())
+        starts = torch.cat(starts)
+        # the valid starts are 0 ... span - 1 (a start of span runs past the end)
+        out["starts_seen"] = torch.bincount(starts.clamp(0, span), minlength=span + 1)[:span] > 0
+    again = fn(src, batch_size, context_length, device, torch.Generator().manual_seed(int(seed)))
+    out["repeatable"] = bool(torch.equal(again[0].cpu().long(), x))
+    return out
+
+
+DRIVERS = {"optimizer": drive_optimizer, "clip": drive_clip, "schedule": drive_schedule,
+           "save": drive_save, "load": drive_load, "evaluate": drive_evaluate,
+           "batch": drive_batch}
+
+
 # -- the machine --------------------------------------------------------------------------
 
 class _Ctx:
@@ -473,6 +668,9 @@ _NORM_PY = ("_refs.nn.functional.layer_norm", "_refs.nn.functional.group_norm")
 _TRANSFORMER_PY = tuple(f"nn.{c}.forward" for c in (
     "Transformer", "TransformerEncoder", "TransformerDecoder", "TransformerEncoderLayer",
     "TransformerDecoderLayer"))
+_ADAM_PY = ("optim.Adam.step",)    # torch.optim.AdamW's step is Adam's
+_CLIP_PY = ("nn.utils.clip_grad_norm_", "nn.utils.get_total_norm", "nn.utils.clip_grads_with_norm_")
+_SCHED_PY = ("optim.lr_scheduler.LRScheduler.__init__",)
 # What the student reads: the labels of the kernel's own guard (tfscratch.checks.core._HUMAN,
 # kept equal by tests/test_vm_guard.py), so both say the same.
 FORBID = {   # group: (label, aten operators, Python functions)
@@ -491,6 +689,10 @@ FORBID = {   # group: (label, aten operators, Python functions)
     "cross_entropy": ("F.cross_entropy / nn.CrossEntropyLoss", ("cross_entropy_loss",), ()),
     "transformer": ("PyTorch's nn.Transformer* classes", ("_transformer_encoder_layer_fwd",),
                     _TRANSFORMER_PY),
+    # 12: the optimizer, the clipping and the schedule built by hand
+    "adamw": ("torch.optim.AdamW / torch.optim.Adam", ("_fused_adamw_", "_fused_adam_"), _ADAM_PY),
+    "clip_grad_norm": ("torch.nn.utils.clip_grad_norm_ / get_total_norm", (), _CLIP_PY),
+    "lr_scheduler": ("torch.optim.lr_scheduler", (), _SCHED_PY),
 }
 _PUBLIC = {"cross_entropy_loss": "cross_entropy"}    # the name an operator is called by
 # the CPU side of the dispatcher (meta tensors hold no values; torch.compile is held eager)
@@ -800,7 +1002,9 @@ def run_probe(probe: dict, target, tensors: dict, namespace: dict,
         with torch.set_grad_enabled(True):
             for ci, call in enumerate(probe.get("calls", [])):
                 key = f"{p}.{ci}"
-                fn = obj if call.get("method") is None else getattr(obj, call["method"])
+                method = call.get("method")
+                fn = (obj if method is None else getattr(obj, method) if not method.startswith("@")
+                      else (lambda *a, _d=DRIVERS[method[1:]], **k: _d(obj, *a, **k)))
                 grads = set(call.get("grad", []))
                 args = [ctx.value(a, want_grad=i in grads) for i, a in enumerate(call.get("args", []))]
                 kwargs = {k: ctx.value(v, want_grad=k in grads) for k, v in call.get("kwargs", {}).items()}

@@ -1,0 +1,607 @@
+#| default_exp training
+#| forbid AdamW: torch.optim.AdamW torch.optim.Adam
+#| forbid clip_grad_norm: torch.nn.utils.clip_grad_norm_
+#| forbid cosine_schedule: torch.optim.lr_scheduler
+# %% [markdown]
+# # 12 · Training: from token ids to a language model
+#
+# Notebook 09 built a modern decoder and notebook 11 a tokenizer. This notebook writes the
+# **training loop** that turns them into a language model, piece by piece, the way it is done
+# for real models (nanoGPT, Stanford CS336, LLaMA's recipe), and trains one on real English and
+# Chinese text on this CPU. In this notebook you:
+#
+# 1. cut a long stream of token ids into **batches of random windows** (`get_batch`), inputs and
+#    targets shifted by one;
+# 2. write the **AdamW** optimizer as a `torch.optim.Optimizer`: bias-corrected moments and
+#    decoupled weight decay, equal to `torch.optim.AdamW`;
+# 3. write the **learning-rate schedule** (`cosine_schedule`): a linear warm-up, then a cosine;
+# 4. **clip the gradient norm** (`clip_grad_norm`), as `torch.nn.utils.clip_grad_norm_` does;
+# 5. **save and resume** a run (`save_checkpoint`, `load_checkpoint`) so that it continues bit
+#    for bit;
+# 6. **evaluate** on held-out text: the mean loss and the **perplexity** (`evaluate`);
+# 7. train 09's `ModernDecoderLM` with 11's tokenizer: train and validation curves, perplexity
+#    against unigram and bigram baselines, samples as training goes, and what **overfitting**
+#    looks like on a small corpus.
+#
+# **How the exercises work.** A cell that says `# YOUR CODE HERE` is yours: replace the
+# `raise NotImplementedError()` with your code. The cell after it checks your work and, when
+# something is off, tells you what and why. Run every cell from the top (*Run → Run All
+# Cells*). Hidden tests with other models, sizes and seeds run when your work is graded.
+#
+# **What you may use.** Plain tensor operations and `torch.optim.Optimizer` as a base class. Not
+# `torch.optim.AdamW` or `torch.optim.Adam` inside `AdamW`, not
+# `torch.nn.utils.clip_grad_norm_` inside `clip_grad_norm`, not `torch.optim.lr_scheduler`
+# inside `cosine_schedule`: the checks notice. (The notebook compares your work with them.)
+
+# %% [setup] setup_imports
+import math
+import os
+import tempfile
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from tfscratch import checks, corpus, plots
+from tfscratch import reference as R
+from tfscratch.fallback import pick
+
+torch.manual_seed(0)
+torch.set_num_threads(1)  # steady timings on a shared machine
+# Autograding skips the long training, and so do the course's browser tests (TFS_QUICK_TRAINING):
+# a few steps draw the same figures.
+QUICK = bool(os.environ.get("NBGRADER_EXECUTION") or os.environ.get("TFS_QUICK_TRAINING"))
+%matplotlib inline
+
+chk = checks.notebook("12_training")  # the graded checks of this notebook
+
+# %% [markdown]
+# ## 1. The data: one long stream of token ids
+#
+# We tokenize the course's two public-domain samples (`tfscratch.corpus`: English prose and
+# verse, Chinese Tang poems and classics) with a byte-level BPE tokenizer trained as in notebook
+# 11, documents joined by `<|endoftext|>`. Everything becomes one 1-D array of ids; the last
+# 10% of each sample is held out for validation (a different part of the text, never trained on).
+
+# %%
+EOT = "<|endoftext|>"
+texts = {name: corpus.sample(name) for name in corpus.SAMPLES}
+docs = {name: t.split("\n\n") for name, t in texts.items()}
+vocab, merges = R.train_bpe(EOT.join(d for ds in docs.values() for d in ds), 512, [EOT])
+tok = R.Tokenizer(vocab, merges, [EOT])
+train_ids, val_ids = [], []
+for name, t in texts.items():
+    ids = tok.encode(EOT.join(docs[name]) + EOT)
+    cut = int(0.9 * len(ids))
+    train_ids += ids[:cut]
+    val_ids += ids[cut:]
+train_data, val_data = np.array(train_ids, dtype=np.int64), np.array(val_ids, dtype=np.int64)
+V = len(vocab)
+print(f"vocabulary {V}; {len(train_data):,} training and {len(val_data):,} validation tokens")
+print("the first 12 training tokens:", [tok.decode([i]) for i in train_data[:12]])
+
+# %% [markdown]
+# ## 2. Batches of random windows
+#
+# A language model learns to predict token $t+1$ from tokens $\le t$. From a stream $d$ of $N$
+# ids, pick a start $s$ uniformly among the $N - T$ valid offsets, and take
+#
+# $$x = d[s : s + T], \qquad y = d[s + 1 : s + T + 1],$$
+#
+# so that $y_j$ is the token that follows $x_0 \dots x_j$: one window gives $T$ predictions at
+# once (the causal mask of notebook 02 keeps each position from seeing its target). A batch
+# stacks $B$ windows with independent starts. The largest start is $N - T - 1$ (then $y$ ends
+# on the last token); one more and $y$ runs past the end.
+#
+# ### Exercise 1: `get_batch`
+#
+# `get_batch(data, batch_size, context_length, device="cpu", generator=None)`: `data` is a 1-D
+# array or tensor of ids. Draw `batch_size` starts uniformly from `0 ... len(data) -
+# context_length - 1` on the CPU with `torch.randint(..., generator=generator)`, and return
+# `(x, y)`, two LongTensors `(batch_size, context_length)` moved to `device`.
+
+# %% [solution] get_batch
+def get_batch(data, batch_size, context_length, device="cpu", generator=None):
+    """Random windows of `data` (1-D ids): x (B, T) and y = x shifted by one, on `device`."""
+    ### BEGIN SOLUTION
+    data = torch.as_tensor(data, dtype=torch.long)
+    starts = torch.randint(0, len(data) - context_length, (batch_size,), generator=generator)
+    offsets = torch.arange(context_length)
+    x = data[starts[:, None] + offsets]          # (B, T)
+    y = data[starts[:, None] + offsets + 1]      # (B, T): the next token of each position
+    return x.to(device), y.to(device)
+    ### END SOLUTION
+
+# %% [test] test_get_batch_shift 1
+chk.test_get_batch_shift(get_batch)
+
+# %% [test] test_get_batch_bounds 1
+chk.test_get_batch_bounds(get_batch)
+### BEGIN HIDDEN TESTS
+chk.test_get_batch_bounds(get_batch, seed=1201)
+### END HIDDEN TESTS
+
+# %% [test] test_get_batch_device 1
+chk.test_get_batch_device(get_batch)
+
+# %%
+get_batch_fn = pick("get_batch", lambda: get_batch, lambda: R.get_batch,
+                    check=lambda f: f(np.arange(10), 2, 3))
+x, y = get_batch_fn(train_data, 2, 8, generator=torch.Generator().manual_seed(0))
+for row_x, row_y in zip(x, y):
+    print("x:", repr(tok.decode(row_x.tolist())), "\n y:", repr(tok.decode(row_y.tolist())))
+
+# %% [markdown]
+# ## 3. AdamW
+#
+# Plain gradient descent moves every parameter by $\eta\, g$. Adam (Kingma and Ba, 2015) keeps,
+# per parameter, running averages of the gradient and of its square, and moves by their ratio:
+# a step of about $\eta$ whatever the gradient's scale. At step $t = 1, 2, \dots$ with gradient $g_t$:
+#
+# $$m_t = \beta_1 m_{t-1} + (1 - \beta_1) g_t, \qquad v_t = \beta_2 v_{t-1} + (1 - \beta_2) g_t^2,$$
+#
+# $$\hat m_t = \frac{m_t}{1 - \beta_1^t}, \qquad \hat v_t = \frac{v_t}{1 - \beta_2^t}, \qquad
+# \theta_t = \theta_{t-1} - \eta \frac{\hat m_t}{\sqrt{\hat v_t} + \epsilon}.$$
+#
+# The **bias correction** matters early: $m_0 = v_0 = 0$, so $m_1 = (1 - \beta_1) g_1$ is ten
+# times too small, and $v_1$ a thousand times; dividing by $1 - \beta^t$ undoes it.
+#
+# **Weight decay, decoupled** (Loshchilov and Hutter, 2019). Adding $\lambda\theta$ to the
+# gradient (L2 regularisation) lets Adam's division rescale the decay too, so large-gradient
+# weights are barely decayed. AdamW shrinks the weights directly, **before** the Adam update and
+# outside the moments:
+#
+# $$\theta \leftarrow \theta\,(1 - \eta\lambda), \quad\text{then the Adam step above.}$$
+#
+# A `torch.optim.Optimizer` keeps the parameters in `self.param_groups` (each group a dict with
+# `"params"` and the hyper-parameters) and per-parameter tensors in `self.state[p]`, which is
+# what `state_dict()` saves: that is how a checkpoint carries the moments.
+#
+# ### Exercise 2: `AdamW`
+#
+# `AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)`, a subclass of
+# `torch.optim.Optimizer`: pass the defaults to `super().__init__(params, defaults)`; `step()`
+# (under `torch.no_grad()`) updates every parameter with a gradient, keeping `step`, `exp_avg`
+# ($m$) and `exp_avg_sq` ($v$) in `self.state[p]`. Its steps must equal `torch.optim.AdamW`'s.
+
+# %% [solution] AdamW
+class AdamW(torch.optim.Optimizer):
+    """Adam with decoupled weight decay (Loshchilov and Hutter), like torch.optim.AdamW."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        ### BEGIN SOLUTION
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        super().__init__(params, defaults)
+        ### END SOLUTION
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        ### BEGIN SOLUTION
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1
+                t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
+                p.mul_(1 - lr * wd)                                # decoupled decay, first
+                m.mul_(b1).add_(p.grad, alpha=1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                denom = (v / (1 - b2 ** t)).sqrt_().add_(eps)
+                p.addcdiv_(m, denom, value=-lr / (1 - b1 ** t))
+        return loss
+        ### END SOLUTION
+
+# %% [test] test_AdamW_steps 2
+chk.test_AdamW_steps(AdamW)
+### BEGIN HIDDEN TESTS
+chk.test_AdamW_steps(AdamW, seed=1202)
+### END HIDDEN TESTS
+
+# %% [test] test_AdamW_weight_decay 1
+chk.test_AdamW_weight_decay(AdamW)
+
+# %% [markdown]
+# The same 100 steps with yours and with PyTorch's, side by side, and what the bias correction
+# and the decoupling change on a toy regression:
+
+# %%
+AdamW_cls = pick("AdamW", lambda: AdamW, lambda: R.AdamW,
+                 check=lambda c: c([torch.zeros(1, requires_grad=True)]).step())
+
+
+def toy_run(make_opt, steps=100):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    xs, ys = torch.randn(64, 6), torch.randn(64, 1)
+    opt, losses = make_opt(net.parameters()), []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.mse_loss(net(xs), ys)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return net, losses
+
+
+ours, l_ours = toy_run(lambda p: AdamW_cls(p, lr=1e-2, weight_decay=0.1))
+theirs, l_theirs = toy_run(lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1))
+diff = max((a - b).abs().max().item() for a, b in zip(ours.parameters(), theirs.parameters()))
+print(f"largest difference from torch.optim.AdamW after 100 steps: {diff:.1e}")
+_, l_sgd = toy_run(lambda p: torch.optim.SGD(p, lr=1e-2))
+fig = plots.curves(range(1, 101), {"AdamW (yours)": l_ours, "torch.optim.AdamW": l_theirs, "SGD, same lr": l_sgd},
+                   xlabel="step", ylabel="training loss", logy=True, title="AdamW on a toy regression")
+
+# %% [markdown]
+# ## 4. A learning-rate schedule: warm-up, then a cosine
+#
+# At the start the moments are noisy and the weights random; a full-size step can throw the
+# model somewhere it never recovers from. So the learning rate **warms up** linearly, then
+# decays along half a cosine to a floor (the schedule of GPT-3, LLaMA and most open models).
+# With $t$ the step, $T_w$ the warm-up steps and $T_c$ the step where the cosine ends:
+#
+# $$\eta_t = \begin{cases} \eta_{\max}\, t / T_w & t < T_w \\
+# \eta_{\min} + \tfrac12\big(1 + \cos\big(\pi \frac{t - T_w}{T_c - T_w}\big)\big)(\eta_{\max} - \eta_{\min}) & T_w \le t \le T_c \\
+# \eta_{\min} & t > T_c \end{cases}$$
+#
+# At $t = T_w$ the cosine starts at $\eta_{\max}$; at $t = T_c$ it reaches $\eta_{\min}$ exactly.
+#
+# ### Exercise 3: `cosine_schedule`
+#
+# `cosine_schedule(step, max_lr, min_lr, warmup_steps, cosine_steps)` returns the learning rate
+# (a float) at `step`, as above.
+
+# %% [solution] cosine_schedule
+def cosine_schedule(step, max_lr, min_lr, warmup_steps, cosine_steps):
+    """Linear warm-up to max_lr over warmup_steps, cosine decay to min_lr at cosine_steps."""
+    ### BEGIN SOLUTION
+    if step < warmup_steps:
+        return max_lr * step / warmup_steps
+    if step > cosine_steps:
+        return min_lr
+    progress = (step - warmup_steps) / (cosine_steps - warmup_steps)
+    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (max_lr - min_lr)
+    ### END SOLUTION
+
+# %% [test] test_cosine_schedule_warmup 1
+chk.test_cosine_schedule_warmup(cosine_schedule)
+
+# %% [test] test_cosine_schedule_cosine 1
+chk.test_cosine_schedule_cosine(cosine_schedule)
+### BEGIN HIDDEN TESTS
+chk.test_cosine_schedule_cosine(cosine_schedule, seed=1203)
+### END HIDDEN TESTS
+
+# %%
+schedule = pick("cosine_schedule", lambda: cosine_schedule, lambda: R.cosine_schedule,
+                check=lambda f: f(0, 1.0, 0.1, 10, 100))
+steps = range(0, 260)
+fig = plots.curves(steps, {"cosine_schedule(t, 1e-3, 1e-4, 20, 200)": [schedule(t, 1e-3, 1e-4, 20, 200) for t in steps]},
+                   xlabel="step t", ylabel="learning rate", title="warm-up, cosine decay, floor")
+
+# %% [markdown]
+# ## 5. Gradient clipping
+#
+# One unlucky batch can give a gradient a hundred times the usual size, and one such step can
+# undo hours of training. Clipping bounds the step: compute **one** norm over all the gradients
+# of the model, as if they were a single vector, and if it exceeds `max_norm` scale **every**
+# gradient by the same factor (so the direction is kept):
+#
+# $$\|g\| = \sqrt{\textstyle\sum_{p} \sum_i g_{p,i}^2}, \qquad
+# g_p \leftarrow g_p \cdot \min\Big(1, \frac{\text{max\_norm}}{\|g\| + 10^{-6}}\Big).$$
+#
+# ### Exercise 4: `clip_grad_norm`
+#
+# `clip_grad_norm(parameters, max_norm)`: `parameters` is any iterable of tensors (a list, or a
+# generator such as `model.parameters()`: go through it once); skip those whose `.grad` is
+# None; scale the gradients **in place**; return the norm **before** clipping, like
+# `torch.nn.utils.clip_grad_norm_`.
+
+# %% [solution] clip_grad_norm
+def clip_grad_norm(parameters, max_norm):
+    """Clip the gradients of `parameters` to a total L2 norm of max_norm; return the norm before."""
+    ### BEGIN SOLUTION
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.tensor(0.0)
+    total = torch.sqrt(sum((g.detach().float() ** 2).sum() for g in grads))
+    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(scale.to(g.dtype))
+    return total
+    ### END SOLUTION
+
+# %% [test] test_clip_grad_norm_values 2
+chk.test_clip_grad_norm_values(clip_grad_norm)
+### BEGIN HIDDEN TESTS
+chk.test_clip_grad_norm_values(clip_grad_norm, seed=1204)
+### END HIDDEN TESTS
+
+# %% [test] test_clip_grad_norm_returns 1
+chk.test_clip_grad_norm_returns(clip_grad_norm)
+
+# %%
+clip = pick("clip_grad_norm", lambda: clip_grad_norm, lambda: R.clip_grad_norm,
+            check=lambda f: f([torch.zeros(1, requires_grad=True)], 1.0))
+a, b = torch.zeros(3, requires_grad=True), torch.zeros(3, requires_grad=True)
+a.grad, b.grad = torch.tensor([3.0, 0.0, 0.0]), torch.tensor([0.0, 4.0, 0.0])
+print("norm before:", float(clip([a, b], 1.0)), " gradients after:", a.grad.tolist(), b.grad.tolist())
+a.grad, b.grad = torch.tensor([3.0, 0.0, 0.0]), torch.tensor([0.0, 4.0, 0.0])
+print("torch's:    ", float(torch.nn.utils.clip_grad_norm_([a, b], 1.0)), "", a.grad.tolist(), b.grad.tolist())
+
+# %% [markdown]
+# ## 6. Checkpoints
+#
+# A long run stops: a crash, a time limit, a laptop lid. To continue **exactly** where it
+# stopped, a checkpoint needs everything the next step depends on: the model's weights, the
+# optimizer's state (AdamW's $m$, $v$ and step counts: without them the resumed run restarts
+# with a fresh, bias-corrected Adam and its loss jumps) and the step number (which the schedule
+# reads). `state_dict()` gives the first two as plain dicts of tensors.
+#
+# ### Exercises 5 and 6: `save_checkpoint` and `load_checkpoint`
+#
+# `save_checkpoint(model, optimizer, step, path)` writes, with `torch.save`, the dict
+# `{"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}` to `path`
+# (this format is fixed: the checks read it). `load_checkpoint(path, model, optimizer)` reads it
+# back (`torch.load(path, weights_only=False)`), loads both state dicts into the given model and
+# optimizer and returns the step.
+
+# %% [solution] save_checkpoint
+def save_checkpoint(model, optimizer, step, path):
+    """Save model, optimizer state and step to `path`."""
+    ### BEGIN SOLUTION
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, path)
+    ### END SOLUTION
+
+# %% [test] test_save_checkpoint_resume 1
+chk.test_save_checkpoint_resume(save_checkpoint)
+
+# %% [solution] load_checkpoint
+def load_checkpoint(path, model, optimizer):
+    """Restore model and optimizer from `path`; return the step it was saved at."""
+    ### BEGIN SOLUTION
+    ckpt = torch.load(path, weights_only=False)
+    model.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    return ckpt["step"]
+    ### END SOLUTION
+
+# %% [test] test_load_checkpoint_resume 1
+chk.test_load_checkpoint_resume(load_checkpoint)
+
+# %% [markdown]
+# ## 7. Evaluation and perplexity
+#
+# The training loss is measured on the batches the model is trained on; to know whether it
+# **generalises**, measure the loss on held-out text. Cut the validation stream into windows
+# that share no token, `data[i : i + T + 1]` for $i = 0, T+1, 2(T+1), \dots$ (a last, shorter
+# one is dropped), and average the cross-entropy over **every predicted token**:
+#
+# $$\bar\ell = \frac{1}{n}\sum_{k=1}^{n} -\log p_\theta(y_k \mid \text{its prefix}), \qquad
+# \text{perplexity} = e^{\bar\ell}.$$
+#
+# Perplexity reads as "the model is as unsure as a uniform choice among this many tokens": a
+# model that knows nothing has perplexity $|V|$, a perfect one 1. It is the exponential of the
+# **mean**, not of a sum, and the mean is over tokens: averaging per-batch means weights a short
+# last batch too much.
+#
+# ### Exercise 7: `evaluate`
+#
+# `evaluate(model, data, context_length, batch_size=32) -> (mean_loss, perplexity)` (floats):
+# the windows above, `batch_size` of them per forward pass, in `model.eval()` and under
+# `torch.no_grad()`; the model's output is the logits, or its first element when it returns a
+# tuple (09's model returns `(logits, cache)`); fewer than `context_length + 1` tokens raise
+# `ValueError`; the model is left in the mode it was in.
+
+# %% [solution] evaluate
+def evaluate(model, data, context_length, batch_size=32):
+    """Mean next-token cross-entropy over non-overlapping windows of `data`, and its exp."""
+    ### BEGIN SOLUTION
+    data = torch.as_tensor(data, dtype=torch.long)
+    T = context_length
+    n = len(data) // (T + 1)
+    if n == 0:
+        raise ValueError(f"{len(data)} tokens: evaluate needs at least context_length + 1 = {T + 1}")
+    windows = data[: n * (T + 1)].view(n, T + 1)
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    try:
+        with torch.no_grad():
+            for i in range(0, n, batch_size):
+                w = windows[i:i + batch_size]
+                out = model(w[:, :-1])
+                logits = out[0] if isinstance(out, (tuple, list)) else out
+                total += F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), w[:, 1:].reshape(-1),
+                                         reduction="sum").item()
+                count += w[:, 1:].numel()
+    finally:
+        model.train(was_training)
+    mean = total / count
+    return mean, math.exp(mean)
+    ### END SOLUTION
+
+# %% [test] test_evaluate_loss 2
+chk.test_evaluate_loss(evaluate)
+### BEGIN HIDDEN TESTS
+chk.test_evaluate_loss(evaluate, seed=1205)
+### END HIDDEN TESTS
+
+# %% [test] test_evaluate_mode 1
+chk.test_evaluate_mode(evaluate)
+
+# %% [markdown]
+# ## 8. Baselines: what perplexity means here
+#
+# Before training, two models that need no gradient at all. The **unigram** model predicts every
+# token with its frequency in the training text (add-one smoothing, so no probability is zero);
+# the **bigram** model with its frequency after the previous token, mixed half and half with the
+# unigram (a pair never seen in training would otherwise get probability 0):
+#
+# $$p(y \mid x) = \tfrac12\,\frac{c(x, y)}{c(x)} + \tfrac12\,p_\text{unigram}(y).$$
+#
+# A Transformer that does not beat the bigram model has learned nothing about context beyond one
+# token.
+
+# %%
+unigram = (np.bincount(train_data, minlength=V) + 1.0) / (len(train_data) + V)  # add-one
+pairs = np.zeros((V, V))
+np.add.at(pairs, (train_data[:-1], train_data[1:]), 1)  # pairs[a, b] = c(a, b)
+seen = pairs.sum(1, keepdims=True)
+bigram = 0.5 * np.divide(pairs, seen, out=np.zeros_like(pairs), where=seen > 0) + 0.5 * unigram
+baselines = {"uniform": float(V), "unigram": float(np.exp(-np.log(unigram[val_data]).mean())),
+             "bigram": float(np.exp(-np.log(bigram[val_data[:-1], val_data[1:]]).mean()))}
+print({k: round(v, 1) for k, v in baselines.items()})
+
+# %% [markdown]
+# ## 9. Training 09's model on real text
+#
+# Everything together: random windows, AdamW with the warm-up and cosine schedule, clipping,
+# evaluation every few steps, a checkpoint kept at the best validation loss, and samples. The
+# model is deliberately small for a CPU (about 0.13 M parameters, 2 layers); the data is tiny
+# (about 3,300 training tokens), so watch the two curves part: that is **overfitting**. The training loss
+# keeps falling as the model memorises the text; the validation loss stops falling and rises.
+# (Until your exercises pass, the course's own versions are used.)
+
+# %%
+fns = {name: pick(name, lambda n=name: globals()[n], lambda n=name: getattr(R, n),
+                  check=lambda f: f is not None) for name in ("save_checkpoint", "load_checkpoint", "evaluate")}
+T, B = 64, 16
+max_steps = 30 if QUICK else 600
+eval_every = 10 if QUICK else 25
+torch.manual_seed(0)
+model = R.ModernDecoderLM(V, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=192, max_len=T)
+opt = AdamW_cls(model.parameters(), lr=3e-3, weight_decay=0.1)
+print(f"{sum(p.numel() for p in model.parameters()):,} parameters")
+gen = torch.Generator().manual_seed(0)
+history = {"step": [], "train": [], "val": []}
+samples, best = {}, (float("inf"), None)
+ckpt_path = os.path.join(tempfile.mkdtemp(), "best.pt")
+
+
+def sample(model, prompt, n=40, temperature=0.8):
+    ids = torch.tensor([tok.encode(prompt)])
+    model.eval()
+    with torch.no_grad():
+        for _ in range(n):
+            logits, _ = model(ids[:, -T:])
+            nxt = torch.multinomial(torch.softmax(logits[0, -1] / temperature, -1), 1, generator=gen)
+            ids = torch.cat([ids, nxt[None]], 1)
+    model.train()
+    return tok.decode(ids[0].tolist())
+
+
+t0 = time.perf_counter()
+for step in range(max_steps + 1):
+    for group in opt.param_groups:
+        group["lr"] = schedule(step, 3e-3, 3e-4, max_steps // 10, max_steps)
+    if step % eval_every == 0:
+        tr, _ = fns["evaluate"](model, train_data[:len(val_data)], T)
+        va, _ = fns["evaluate"](model, val_data, T)
+        history["step"].append(step), history["train"].append(tr), history["val"].append(va)
+        if va < best[0]:
+            best = (va, step)
+            fns["save_checkpoint"](model, opt, step, ckpt_path)
+        if step in (0, max_steps // 4, max_steps):
+            samples[step] = sample(model, "It is a truth")
+    if step == max_steps:
+        break
+    x, y = get_batch_fn(train_data, B, T, generator=gen)
+    logits, _ = model(x)
+    loss = F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
+    opt.zero_grad()
+    loss.backward()
+    clip(model.parameters(), 1.0)
+    opt.step()
+elapsed = time.perf_counter() - t0
+print(f"{max_steps} steps in {elapsed:.1f} s: {max_steps * B * T / elapsed:,.0f} tokens/s on this CPU")
+
+# %%
+fig = plots.curves(history["step"], {"train (held-in windows)": history["train"], "validation": history["val"],
+                                    "bigram baseline": [math.log(baselines["bigram"])] * len(history["step"]),
+                                    "unigram baseline": [math.log(baselines["unigram"])] * len(history["step"])},
+                   xlabel="step", ylabel="mean loss (nats per token)",
+                   title="training and validation loss: where they part, the model memorises")
+print(f"best validation loss {best[0]:.2f} (perplexity {math.exp(best[0]):.1f}) at step {best[1]}; "
+      f"bigram {baselines['bigram']:.1f}, unigram {baselines['unigram']:.1f}, uniform {V}")
+
+# %% [markdown]
+# Samples at the start, a quarter of the way, and at the end (the prompt is the opening of
+# *Pride and Prejudice*, which is in the training text):
+
+# %%
+for step, text in samples.items():
+    print(f"step {step:4d}: {text!r}\n")
+
+# %% [markdown]
+# The last samples repeat whole phrases of the training text word for word: with 3,300 tokens
+# and 0.13 M parameters the model can memorise, and the rising validation loss says so. Note
+# where the best validation loss sits: early, well below the unigram's perplexity but (on this
+# machine) not below the bigram's. On a few kilobytes of text a Transformer has too
+# little to learn from before it starts memorising; counting pairs is hard to beat there.
+# The remedies are the usual ones: more data (the loader's corpora, megabytes instead of
+# kilobytes), a smaller model, more weight decay or dropout, and **early stopping**: keep the
+# checkpoint with the best validation loss, as the loop above does. It resumes exactly:
+
+# %%
+resumed = R.ModernDecoderLM(V, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=192, max_len=T)
+opt2 = AdamW_cls(resumed.parameters(), lr=3e-3, weight_decay=0.1)
+step0 = fns["load_checkpoint"](ckpt_path, resumed, opt2)
+print(f"restored step {step0}; validation loss {fns['evaluate'](resumed, val_data, T)[0]:.4f} (best was {best[0]:.4f})")
+
+# %% [markdown]
+# ## Questions to answer in your own words
+#
+# Write a few sentences in each answer cell (double-click it to edit). These answers are read
+# and graded by your instructor.
+
+# %% [markdown]
+# **Question 1.** Why does AdamW apply weight decay to the weights directly instead of adding
+# $\lambda\theta$ to the gradient?
+
+# %% [answer] q_decoupled 1
+# ### BEGIN SOLUTION
+# Added to the gradient, the decay goes through Adam's moments and is divided by sqrt(v): weights
+# with large gradients are barely decayed and the regularisation depends on the gradient's
+# scale. Decoupled, every weight shrinks by the same factor (1 - lr * weight_decay) per step, as
+# intended, independently of the adaptive step.
+# ### END SOLUTION
+
+# %% [markdown]
+# **Question 2.** What does a validation loss that rises while the training loss falls tell you,
+# and what would you do about it?
+
+# %% [answer] q_overfitting 1
+# ### BEGIN SOLUTION
+# The model memorises the training text instead of learning what generalises (overfitting).
+# Keep the checkpoint with the best validation loss (early stopping), and get more data, use a
+# smaller model, or regularise more (weight decay, dropout).
+# ### END SOLUTION
+
+# %% [markdown]
+# ## 10. Mistakes worth recognising
+#
+# | mistake | what happens |
+# | --- | --- |
+# | targets not shifted (`y = x`), or windows that run past the end | the model learns to copy; an index error or a short window at the end of the data |
+# | Adam without the bias correction | tiny first steps (m is 10x too small), then other values than AdamW's |
+# | weight decay added to the gradient (L2), or applied after the update | not AdamW: the decay is rescaled by Adam, or uses the updated weights |
+# | warm-up off by one (`(t + 1) / T_w`) | the schedule starts above 0 and reaches max_lr one step early |
+# | cosine over `T_c` instead of `T_c - T_w` | the learning rate never reaches min_lr |
+# | clipping each parameter on its own, or returning the norm after clipping | the direction changes; the logged norm is always <= max_norm |
+# | a checkpoint without the optimizer state or the step | the resumed loss jumps; the schedule restarts |
+# | perplexity as exp of a summed loss, or a mean of batch means | astronomically large numbers; a short last batch weighted too much |
+#
+# **Where next.** Scale: the same loop, with more data, a larger model and a GPU, is how GPT-2
+# was trained.
