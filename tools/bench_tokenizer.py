@@ -18,6 +18,7 @@ import random
 import resource
 import sys
 import time
+from pathlib import Path
 
 from tfscratch import corpus
 from tfscratch.reference import Tokenizer, train_bpe
@@ -67,15 +68,13 @@ def rust(text: str, vocab_size: int):
 
 
 def encode_speed(vocab, merges, text: str):
-    """MB/s of ours and of tokenizers' encoder built from the same vocab and merges."""
-    from tokenizers import Tokenizer as HF, models, pre_tokenizers
-    byte_to_char = _bytes_to_unicode()
-    enc = lambda bs: "".join(byte_to_char[b] for b in bs)  # noqa: E731 - GPT-2's byte alphabet
-    hf = HF(models.BPE(vocab={enc(b): i for i, b in vocab.items()},
-                       merges=[(enc(a), enc(b)) for a, b in merges]))
-    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    """MB/s of ours and of tokenizers' encoder built from the same vocab and merges (the
+    comparison test's own builder, tests/test_tokenizer_hf.hf_from)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from test_tokenizer_hf import hf_from
+    hf = hf_from(vocab, merges)
     mb = len(text.encode()) / 2 ** 20
-    tok = Tokenizer(vocab, merges)
+    tok = Tokenizer(vocab, merges, special_tokens=["<|endoftext|>"])
     t0 = time.perf_counter()
     ids = tok.encode(text)
     t_ours = time.perf_counter() - t0
@@ -83,17 +82,6 @@ def encode_speed(vocab, merges, text: str):
     hf_ids = hf.encode(text).ids
     t_hf = time.perf_counter() - t0
     return mb / t_ours, mb / t_hf, ids == hf_ids, len(text.encode()) / len(ids)
-
-
-def _bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
 
 
 def main() -> int:
