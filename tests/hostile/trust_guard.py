@@ -54,18 +54,7 @@ def softmax(x, dim=-1):
 """
 
 # naive attention (the whole L x L score matrix), in a ThreadPoolExecutor's thread
-NAIVE_POOL = """import concurrent.futures as _cf
-_pool = _cf.ThreadPoolExecutor(1)
-
-def _attend(q, k, v, causal):
-    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-    if causal:
-        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
-    return torch.softmax(s, dim=-1) @ v
-
-def flash_attention(q, k, v, block_size=64, causal=False):
-    return _pool.submit(_attend, q, k, v, causal).result()
-"""
+from test_vm_guard import THREAD_NAIVE as NAIVE_POOL  # noqa: E402 (one fixture for both lanes)
 
 # the same, in a thread started when the cell ran, waiting on a queue
 NAIVE_QUEUE = """import queue as _queue
