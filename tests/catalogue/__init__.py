@@ -76,12 +76,16 @@ def without_reference(assignment: str):
     """Inside: `tfscratch.reference` holds only the modules of the notebooks before
     `assignment`, as in its grading sandbox (tfsgrade.sandbox.course_package)."""
     import sys
+    import tfscratch
     from tfsgrade import manifest
     course = manifest.load()
     n = course[assignment].number
     absent = _Absent(f"tfscratch.reference.{nb.module}" for nb in course if nb.module and nb.number >= n)
     ours = lambda k: k == "tfscratch.reference" or k.startswith("tfscratch.reference.")  # noqa: E731
     saved = {k: v for k, v in sys.modules.items() if ours(k)}
+    # `import tfscratch.reference` inside also binds the partial module as an attribute of the
+    # package, which `from tfscratch import reference` reads before sys.modules: restore both
+    bound = tfscratch.__dict__.get("reference")
     for k in saved:
         del sys.modules[k]
     sys.meta_path.insert(0, absent)
@@ -92,6 +96,10 @@ def without_reference(assignment: str):
         for k in [k for k in sys.modules if ours(k)]:
             del sys.modules[k]
         sys.modules.update(saved)
+        if bound is None:
+            tfscratch.__dict__.pop("reference", None)
+        else:
+            tfscratch.reference = bound
 
 
 def is_test_of(grade_id: str, exercise: str) -> bool:
