@@ -46,6 +46,34 @@ def _limit(cfg):
         pass
 
 
+def strays(kernel_pid) -> list:
+    """In the sandbox's own PID namespace: the processes that left the kernel, orphans of a
+    double fork, which the kernel's child check (tfscratch.specs.vm) cannot see, since their
+    parent is now this namespace's init (pid 1) or the runner. Pid 1, the runner and the kernel
+    are ours; the kernel's own children are the kernel check's to name."""
+    me, found = os.getpid(), []
+    try:
+        names = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return []
+    for pid in names:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue                   # ended meanwhile
+        ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
+        if pid not in (1, me, kernel_pid) and ppid in (1, me):
+            found.append(pid)
+    return found
+
+
+STRAY_MESSAGE = ("ChildProcess: a process your notebook started (and left running outside the "
+                 "kernel, a double fork) ran while the independent check did (pid {pids}): the "
+                 "check runs your code in the kernel alone, where its rules hold. Use no "
+                 "subprocess, multiprocessing or os.fork in the notebook")
+
+
 class BudgetSpent(Exception):
     """The notebook's time budget is spent (not a TimeoutError: nbclient's CellTimeoutError is one)."""
 
@@ -219,6 +247,7 @@ def main():
     except OSError:
         pass
     probe_cells = insert_probes(nb, cfg.get("probes", []))
+    watch = bool(cfg.get("pid_namespace"))   # a namespace of its own: every process in /proc is the task's
     cells = nb.cells
     # the grading fast path: demonstration cells that the coordinator (tfsgrade.demos) found
     # nothing else needs are left out, unless the grader says run_demos
@@ -365,7 +394,16 @@ def main():
                     t = time.monotonic()
                     try:
                         if _probe_of(c, probe_cells) is not None:
+                            kernel = getattr(c0.km.provisioner, "pid", None) if watch else None
+                            found = strays(kernel) if kernel else []
                             run_quiet(c0, c, i)           # it drops its own text from linecache
+                            found = found or (strays(kernel) if kernel else [])
+                            if found:                     # its captures are void: never used
+                                pids = ", ".join(map(str, found[:3]))
+                                c.outputs = [nbformat.v4.new_output(
+                                    "error", ename="ChildProcess", evalue=STRAY_MESSAGE.format(pids=pids)[14:],
+                                    traceback=[STRAY_MESSAGE.format(pids=pids)])]
+                                events.append({"cell": i, "kind": "stray_process", "pids": found[:8]})
                         elif quiet(i):
                             run_quiet(c0, c, i, count)
                             forget(c0, i, [c.source], 1)

@@ -279,7 +279,8 @@ def execute_task(task: dict) -> dict:
         cfg = {"source": src, "notebook": f"{cwd}/{a}.ipynb", "cwd": cwd, "limits": task["limits"],
                "run_demos": bool(task.get("run_demos")),
                "drop_to": NOBODY if (task["sandbox"] and root_mode) else None,
-               "nproc": bool(task["sandbox"]) and not root_mode, "probes": task.get("probes", [])}
+               "nproc": bool(task["sandbox"]) and not root_mode, "probes": task.get("probes", []),
+               "pid_namespace": bool(task["sandbox"])}
         (scratch / "ctl" / "run.json").write_text(json.dumps(cfg))
         rfd, wfd = os.pipe()
         cmd = [sys.executable, runner, f"{ctl}/run.json", str(wfd)]

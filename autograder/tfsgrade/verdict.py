@@ -312,6 +312,7 @@ def judge_item(assignment: str, seed: int, probes: dict | None, wants: dict | No
             if not any(k.startswith(f"{p.name}.") for k in list(got["caps"]) + list(got["meta"])):
                 why = got.get("error") or "no result came back"
                 got["meta"][f"{p.name}.error"] = (
+                    why if why.startswith("ChildProcess:") else
                     f"CheckNotRun: the independent check could not run this exercise ({why}: "
                     "an endless loop, a crash or the kernel dying in your code)")
         verdicts.update(engine.judge(ex, seed, got, want=unpacked[ex.name]))

@@ -77,6 +77,21 @@ def flash_attention(q, k, v, block_size=64, causal=False):
     return out.get()
 """
 
+# a helper process that leaves the kernel (a double fork: its parent exits at once, so it is
+# reparented to the sandbox's init and the kernel has no child to see), alive while the checks run
+DOUBLE_FORK = """import os as _os, time as _time
+_pid = _os.fork()
+if _pid == 0:
+    if _os.fork() == 0:
+        _time.sleep(600)
+    _os._exit(0)
+_os.waitpid(_pid, 0)
+
+def softmax(x, dim=-1):
+    e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
+    return e / e.sum(dim=dim, keepdim=True)
+"""
+
 MEMORY_CELLS = ("test_flash_attention_memory", "test_flash_attention_random")
 
 EXPECT = {  # (assignment, student): (the graded cells that score 0, what the feedback says)
@@ -85,6 +100,8 @@ EXPECT = {  # (assignment, student): (the graded cells that score 0, what the fe
     (A01, "guard_aten_queue"): (("softmax",), "Shortcut used"),
     (A10, "guard_naive_pool"): (MEMORY_CELLS, "every thread counted"),
     (A10, "guard_naive_queue"): (MEMORY_CELLS, "every thread counted"),
+    # alive beside every later check: all of 01's exercises lose their points
+    (A01, "guard_double_fork"): (("softmax", "scaled_dot_product_attention"), "double fork"),
 }
 
 
@@ -93,5 +110,6 @@ def students():
     return [("guard_softmin", A01, student_notebook(A01, dict(s01, softmax=SOFTMIN))),
             ("guard_pool", A01, student_notebook(A01, dict(s01, softmax=LOG_SOFTMAX_POOL))),
             ("guard_aten_queue", A01, student_notebook(A01, dict(s01, softmax=ATEN_QUEUE))),
+            ("guard_double_fork", A01, student_notebook(A01, dict(s01, softmax=DOUBLE_FORK))),
             ("guard_naive_pool", A10, student_notebook(A10, dict(s10, flash_attention=NAIVE_POOL))),
             ("guard_naive_queue", A10, student_notebook(A10, dict(s10, flash_attention=NAIVE_QUEUE)))]
