@@ -326,7 +326,7 @@ def _ckpt_run(seed, save, load, before, after):
             loss = ((model(x) - y) ** 2).mean()
             loss.backward()
             opt.step()
-            out.append(float(loss))
+            out.append(float(loss.detach()))   # the value logged, not a graph
         return out
 
     model = _CkptModel(seed)
