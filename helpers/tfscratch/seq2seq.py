@@ -26,7 +26,7 @@ __all__ = [
     "LABEL_SMOOTHING",
     "DateTask", "make_task", "format_date", "format_of", "alignment",
     "encode", "decode_ids", "pad_batch", "noam_lr", "make_optimizer", "train",
-    "exact_match", "save_checkpoint", "load_checkpoint", "TrainResult",
+    "exact_match", "save_model", "load_model", "save_checkpoint", "load_checkpoint", "TrainResult",
 ]
 
 PAD, BOS, EOS = 0, 1, 2

@@ -997,9 +997,9 @@ explorer = explore(draw_attention, example=(0, len(test_set) - 1, 1, examples[1]
 # %%
 with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, "date_transformer.pt")
-    s2s.save_checkpoint(path, model, s2s.MODEL_CONFIG, steps=result.steps)
+    s2s.save_model(path, model, s2s.MODEL_CONFIG, steps=result.steps)
     print(f"saved {os.path.getsize(path) / 1024:.0f} KiB: {path}")
-    restored, ckpt = s2s.load_checkpoint(path, type(model))  # your Transformer class
+    restored, ckpt = s2s.load_model(path, type(model))  # your Transformer class
 print("checkpoint keys:", list(ckpt), "| first weights:", list(ckpt["state_dict"])[:4])
 src, tgt = test_set.batch(torch.arange(64))
 with torch.no_grad():
