@@ -208,7 +208,8 @@ def _wrap(head: str, names: list[str], width: int = 99) -> str:
     return "\n".join(out)
 
 
-def _imports(e: Export, code: str, module_of: dict[str, Export], order: dict[str, int]) -> str:
+def _defined(e: Export) -> set:
+    """The names the exported cells of `e` bind at their top level."""
     defined = set()
     for _, body in e.code:
         for node in ast.parse(body).body:
@@ -218,7 +219,37 @@ def _imports(e: Export, code: str, module_of: dict[str, Export], order: dict[str
                 defined |= {t.id for t in node.targets if isinstance(t, ast.Name)}
             elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                 defined.add(node.target.id)
-    need = sorted(_globals_used(code) - defined - set(dir(builtins)))
+    return defined
+
+
+def _import_lines(e: Export, plain: dict, rel: dict, order: dict[str, int]) -> list[str]:
+    """The setup cell's imports the code needs (standard library first, as isort does), then
+    the earlier reference modules'."""
+    lines, std = [], None
+    for node in e.setup:
+        aliases = plain.get(id(node))
+        if not aliases:
+            continue
+        is_std = (node.module if isinstance(node, ast.ImportFrom) else aliases[0].name
+                  ).split(".")[0] in sys.stdlib_module_names
+        if std is True and not is_std:
+            lines.append("")
+        std = is_std
+        if isinstance(node, ast.Import):
+            lines += [f"import {a.name}" + (f" as {a.asname}" if a.asname else "") for a in aliases]
+        else:
+            keep = [a for a in node.names if any(a is b for b in aliases)]
+            names = [a.name + (f" as {a.asname}" if a.asname else "") for a in keep]
+            lines.append(_wrap(f"from {'.' * node.level}{node.module} import ", names))
+    if lines and rel:
+        lines.append("")
+    for mod in sorted(rel, key=order.get):
+        lines.append(_wrap(f"from .{mod} import ", sorted(set(rel[mod]))))
+    return lines
+
+
+def _imports(e: Export, code: str, module_of: dict[str, Export], order: dict[str, int]) -> str:
+    need = sorted(_globals_used(code) - _defined(e) - set(dir(builtins)))
     bound = {}  # name bound by the setup cell -> (import node, alias)
     for node in e.setup:
         for a in node.names:
@@ -251,27 +282,7 @@ def _imports(e: Export, code: str, module_of: dict[str, Export], order: dict[str
                 "(the checks import the reference; plots and widgets must not load on import)")
         else:
             plain.setdefault(id(node), []).append(a)
-    lines, std = [], None
-    for node in e.setup:
-        aliases = plain.get(id(node))
-        if not aliases:
-            continue
-        is_std = (node.module if isinstance(node, ast.ImportFrom) else aliases[0].name
-                  ).split(".")[0] in sys.stdlib_module_names
-        if std is True and not is_std:
-            lines.append("")  # standard library first, then third party, as isort does
-        std = is_std
-        if isinstance(node, ast.Import):
-            lines += [f"import {a.name}" + (f" as {a.asname}" if a.asname else "") for a in aliases]
-        else:
-            keep = [a for a in node.names if any(a is b for b in aliases)]
-            names = [a.name + (f" as {a.asname}" if a.asname else "") for a in keep]
-            lines.append(_wrap(f"from {'.' * node.level}{node.module} import ", names))
-    if lines and rel:
-        lines.append("")
-    for mod in sorted(rel, key=order.get):
-        lines.append(_wrap(f"from .{mod} import ", sorted(set(rel[mod]))))
-    return "\n".join(lines)
+    return "\n".join(_import_lines(e, plain, rel, order))
 
 
 def render_module(e: Export, module_of, order) -> str:

@@ -62,9 +62,17 @@ def normalise(raw: bytes, tmpl) -> tuple[bytes, list[str]]:
     if int(data.get("nbformat", 4)) < 4:
         notes.append(f"nbformat {data.get('nbformat')} notebook upgraded to nbformat 4")
     nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
-    released = tmpl.metadata.get("tfsgrade_released", {})
     known = {_meta(c)["grade_id"]: c for c in tmpl.cells if _kind(_meta(c)) and _meta(c).get("grade_id")}
+    found = _match(nb, known)
+    cells, changed = _rebuild(tmpl, found)
+    notes += _notes(tmpl, known, found, changed)
+    return _write(nb, tmpl, cells), notes
 
+
+def _match(nb, known: dict) -> dict:
+    """The student's cells against the source's grade ids: the first cell of each known id,
+    the student's own cells before it (segments) and after the last (pending), and what was
+    dropped or unmarked (dup, unknown, extra)."""
     first, pending, segments, order = {}, [], {}, []
     dup, unknown, extra = [], [], []
     for c in nb.cells:
@@ -89,63 +97,78 @@ def normalise(raw: bytes, tmpl) -> tuple[bytes, list[str]]:
         elif m:
             c = _plain(c)
         pending.append(c)
+    return {"first": first, "pending": pending, "segments": segments, "order": order,
+            "dup": dup, "unknown": unknown, "extra": extra}
 
-    cells, deleted, edited, retyped, missing_answers = [], [], [], [], []
+
+def _fresh(t):
+    """The source's cell t, without outputs."""
+    new = copy.deepcopy(t)
+    if new.cell_type == "code":
+        new["outputs"], new["execution_count"] = [], None
+    else:
+        new.pop("outputs", None)
+        new.pop("execution_count", None)
+    return new
+
+
+def _rebuild(tmpl, found: dict):
+    """The cells in the source's order: each graded or answer cell from the source (an answer
+    keeps the student's text), the student's own cells where they stood."""
+    released = tmpl.metadata.get("tfsgrade_released", {})
+    changed = {"deleted": [], "edited": [], "retyped": [], "missing_answers": []}
+    cells = []
     for t in tmpl.cells:
         m = _meta(t)
         gid = m.get("grade_id")
         if not (_kind(m) and gid):
             continue
-        cells += segments.get(gid, [])
-        s = first.get(gid)
-        new = copy.deepcopy(t)
-        new["outputs"] = [] if new.cell_type == "code" else new.get("outputs")
-        if new.cell_type != "code":
-            new.pop("outputs", None)
-            new.pop("execution_count", None)
-        else:
-            new["execution_count"] = None
+        cells += found["segments"].get(gid, [])
+        s = found["first"].get(gid)
+        new = _fresh(t)
         if s is None:
-            (missing_answers if _kind(m) == "answer" else deleted).append(gid)
-        elif _kind(m) == "answer":
+            changed["missing_answers" if _kind(m) == "answer" else "deleted"].append(gid)
+        elif s.cell_type != t.cell_type:
+            changed["retyped"].append(gid)
+        elif m.get("grade") and _kind(m) != "answer" and s.source.strip() != released.get(gid, t.source).strip():
+            # compare with what the student was given (the released text hides hidden tests)
+            changed["edited"].append(gid)
+        if s is not None and _kind(m) == "answer":
             new.source = s.source
-            if s.cell_type != t.cell_type:
-                retyped.append(gid)
-        else:
-            if s.cell_type != t.cell_type:
-                retyped.append(gid)
-            elif m.get("grade") and s.source.strip() != released.get(gid, t.source).strip():
-                # compare with what the student was given (the released text hides hidden tests)
-                edited.append(gid)
         cells.append(new)
-    cells += pending
+    return cells + found["pending"], changed
 
-    tests = [g for g in order if _meta(known[g]).get("grade") and not _meta(known[g]).get("solution")]
+
+def _notes(tmpl, known: dict, found: dict, changed: dict) -> list[str]:
+    notes = []
+    tests = [g for g in found["order"] if _meta(known[g]).get("grade") and not _meta(known[g]).get("solution")]
     want = [g for g in (_meta(t).get("grade_id") for t in tmpl.cells) if g in tests]
     if tests != want:
         notes.append("test cells were moved; they were graded where the source has them")
+    deleted = changed["deleted"]
     if deleted:
+        graded = [g for g in deleted if _meta(known[g]).get("grade")]
         notes.append("test cells deleted by the student were put back from the source and graded: "
-                      + ", ".join(g for g in deleted if _meta(known[g]).get("grade"))
-                      if any(_meta(known[g]).get("grade") for g in deleted)
-                      else "read-only cells deleted by the student were put back from the source")
-    if missing_answers:
-        notes.append("answer cells deleted by the student were put back as stubs (not attempted): "
-                     + ", ".join(missing_answers))
-    if edited:
-        notes.append("test cells edited by the student were replaced by the source's and graded: "
-                     + ", ".join(edited))
-    if retyped:
-        notes.append("cells whose type the student changed were given the source's type back: "
-                     + ", ".join(retyped))
-    if dup:
+                     + ", ".join(graded) if graded
+                     else "read-only cells deleted by the student were put back from the source")
+    for key, text in (("missing_answers", "answer cells deleted by the student were put back as stubs (not attempted): "),
+                      ("edited", "test cells edited by the student were replaced by the source's and graded: "),
+                      ("retyped", "cells whose type the student changed were given the source's type back: ")):
+        if changed[key]:
+            notes.append(text + ", ".join(changed[key]))
+    if found["dup"]:
         notes.append("duplicated test cells were removed (the source's cell was graded once): "
-                     + ", ".join(sorted(set(dup))))
-    if extra:
-        notes.append("copies of answer cells were kept as ordinary code cells: " + ", ".join(extra))
-    if unknown:
-        notes.append("cells marked as tests with an unknown grade id were removed: " + ", ".join(unknown))
+                     + ", ".join(sorted(set(found["dup"]))))
+    if found["extra"]:
+        notes.append("copies of answer cells were kept as ordinary code cells: " + ", ".join(found["extra"]))
+    if found["unknown"]:
+        notes.append("cells marked as tests with an unknown grade id were removed: " + ", ".join(found["unknown"]))
+    return notes
 
+
+def _write(nb, tmpl, cells) -> bytes:
+    """The notebook to execute: the student's metadata with the source's kernel, unique cell
+    ids, the demonstrations nothing needs marked for the fast path."""
     out = nbformat.v4.new_notebook()
     out.metadata = copy.deepcopy(nb.metadata)
     out.metadata.pop("tfsgrade_released", None)
@@ -171,7 +194,7 @@ def normalise(raw: bytes, tmpl) -> tuple[bytes, list[str]]:
     # the grading fast path: which unchanged demonstration cells nothing that runs needs
     demos.mark(out.cells, set(tmpl.metadata.get("tfsgrade_demos", [])))
     nbformat.validate(out)
-    return nbformat.writes(out).encode(), notes
+    return nbformat.writes(out).encode()
 
 
 def _plain(c):

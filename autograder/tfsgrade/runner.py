@@ -229,33 +229,7 @@ def sha(text):
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def main():
-    cfg = json.load(open(sys.argv[1]))
-    out_fd = int(sys.argv[2])
-    os.set_inheritable(out_fd, False)
-    started = time.time()
-    _limit(cfg)
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
-    lim = cfg["limits"]
-    cap = int(cfg.get("cell_output_bytes", 4 * 2**20))  # feedback trims further
-    nb = nbformat.read(cfg["source"], as_version=4)
-    try:                                               # the task's own copy, in its scratch
-        nbformat.write(nb, cfg["notebook"])
-    except OSError:
-        pass
-    probe_cells = insert_probes(nb, cfg.get("probes", []))
-    watch = bool(cfg.get("pid_namespace"))   # a namespace of its own: every process in /proc is the task's
-    cells = nb.cells
-    # the grading fast path: demonstration cells that the coordinator (tfsgrade.demos) found
-    # nothing else needs are left out, unless the grader says run_demos
-    demo = {k for k, c in enumerate(cells) if c.get("metadata", {}).pop("tfsgrade_demo", None)
-            and c.cell_type == "code" and not cfg.get("run_demos")}
-    events, seconds = [], {}
-    deadline = time.monotonic() + lim["notebook_timeout"]
-
+def _client_class(nbformat, NotebookClient, cap: int):
     class Client(NotebookClient):
         """nbclient with a cap on how much output one cell may keep."""
         sizes: dict = {}
@@ -272,71 +246,104 @@ def main():
                         text=f"\n[output truncated: more than {cap} characters]\n"))
                 return None
             return super().output(outs, msg, display_id, cell_index)
+    return Client
 
-    def client():
-        return Client(nb, timeout=lim["cell_timeout"], allow_errors=True, interrupt_on_timeout=True,
-                      error_on_timeout={"ename": "CellTimeoutError", "evalue": "",
-                                        "traceback": ["CellTimeoutError: the cell ran past the "
-                                                      f"{lim['cell_timeout']}s limit"]},
-                      raise_on_iopub_timeout=True, iopub_timeout=5, kernel_name="python3",
-                      startup_timeout=120, record_timing=False,
-                      extra_arguments=["--HistoryManager.hist_file=:memory:"],
-                      resources={"metadata": {"path": cfg["cwd"]}})
 
-    def fail(i, ename, evalue):
-        c = cells[i]
-        c.outputs = list(c.get("outputs", [])) + [nbformat.v4.new_output("error", ename=ename, evalue=evalue,
-                                            traceback=[f"{ename}: {evalue}"])]
+class Run:
+    """One notebook, cell by cell, in kernels started by nbclient (see the module's docstring).
+    `execute()` runs it; `result()` is the JSON document the coordinator reads."""
+
+    def __init__(self, cfg: dict, nbformat, NotebookClient, errors):
+        self.cfg, self.lim, self.nbf = cfg, cfg["limits"], nbformat
+        self.CellTimeoutError, self.DeadKernelError = errors
+        self.Client = _client_class(nbformat, NotebookClient, int(cfg.get("cell_output_bytes", 4 * 2**20)))
+        self.started = time.time()
+        self.nb = nbformat.read(cfg["source"], as_version=4)
+        try:                                           # the task's own copy, in its scratch
+            nbformat.write(self.nb, cfg["notebook"])
+        except OSError:
+            pass
+        self.probe_cells = insert_probes(self.nb, cfg.get("probes", []))
+        self.watch = bool(cfg.get("pid_namespace"))   # a namespace of its own: every process in /proc is the task's
+        self.cells = self.nb.cells
+        # the grading fast path: demonstration cells that the coordinator (tfsgrade.demos) found
+        # nothing else needs are left out, unless the grader says run_demos
+        self.demo = {k for k, c in enumerate(self.cells)
+                     if c.get("metadata", {}).pop("tfsgrade_demo", None)
+                     and c.cell_type == "code" and not cfg.get("run_demos")}
+        self.events, self.seconds = [], {}
+        self.deadline = time.monotonic() + self.lim["notebook_timeout"]
+        self.exercises = sorted({p["exercise"] for p in cfg.get("probes", [])}, key=len, reverse=True)
+        self.looping = set()   # exercises whose code ran past the cell limit: their later checks would too
+        self.done, self.restarts = [], 0
+
+    def client(self):
+        lim = self.lim
+        return self.Client(self.nb, timeout=lim["cell_timeout"], allow_errors=True, interrupt_on_timeout=True,
+                           error_on_timeout={"ename": "CellTimeoutError", "evalue": "",
+                                             "traceback": ["CellTimeoutError: the cell ran past the "
+                                                           f"{lim['cell_timeout']}s limit"]},
+                           raise_on_iopub_timeout=True, iopub_timeout=5, kernel_name="python3",
+                           startup_timeout=120, record_timing=False,
+                           extra_arguments=["--HistoryManager.hist_file=:memory:"],
+                           resources={"metadata": {"path": self.cfg["cwd"]}})
+
+    # -- marking cells ------------------------------------------------------------------------
+    def fail(self, i, ename, evalue):
+        c = self.cells[i]
+        c.outputs = list(c.get("outputs", [])) + [self.nbf.v4.new_output(
+            "error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])]
         c.metadata["tfsgrade"] = {"ran": sha(c.source)}
 
-    def not_run(start, why):
-        idx = [k for k in range(start, len(cells)) if cells[k].cell_type == "code"]
+    def not_run(self, start, why):
+        idx = [k for k in range(start, len(self.cells)) if self.cells[k].cell_type == "code"]
         for k in idx:
-            fail(k, "CellNotRun", f"not run: {why}")
+            self.fail(k, "CellNotRun", f"not run: {why}")
         if idx:
-            events.append({"cell": idx[0], "kind": "not_run", "cells": idx, "why": why})
+            self.events.append({"cell": idx[0], "kind": "not_run", "cells": idx, "why": why})
 
-    exercises = sorted({p["exercise"] for p in cfg.get("probes", [])}, key=len, reverse=True)
-    looping = set()   # exercises whose code ran past the cell limit: their later checks would too
-
-    def exercise_of(c):
-        ex = _probe_of(c, probe_cells)
+    def exercise_of(self, c):
+        ex = _probe_of(c, self.probe_cells)
         if ex:
             return ex
         gid = str(c.get("metadata", {}).get("nbgrader", {}).get("grade_id", ""))
         name = gid[5:] if gid.startswith("test_") else gid
-        return next((e for e in exercises if name == e or name.startswith(e + "_")), None)
+        return next((e for e in self.exercises if name == e or name.startswith(e + "_")), None)
 
-    def skip_looping(k) -> bool:
+    def skip_looping(self, k) -> bool:
         """A check of an exercise whose code already ran past the limit, or a demo cell (the
         progress table too) that calls it, would loop again: not run, and said so."""
-        if not looping:
+        if not self.looping:
             return False
-        c = cells[k]
-        ex = exercise_of(c)
+        c = self.cells[k]
+        ex = self.exercise_of(c)
         meta = c.get("metadata", {}).get("nbgrader", {})
         gid = str(meta.get("grade_id", ""))
-        if ex not in looping or not (gid.startswith("test_") or _probe_of(c, probe_cells)):
-            if meta.get("solution") or _probe_of(c, probe_cells):
+        probe = _probe_of(c, self.probe_cells)
+        if ex not in self.looping or not (gid.startswith("test_") or probe):
+            if meta.get("solution") or probe:
                 return False
-            ex = next((e for e in looping if re.search(rf"\b{re.escape(e)}\b", c.source)), None)
+            ex = next((e for e in self.looping if re.search(rf"\b{re.escape(e)}\b", c.source)), None)
             if ex is None:
                 return False
-        fail(k, "CellNotRun", f"not run: {ex} ran past the {lim['cell_timeout']}s limit in an "
-                              "earlier cell, so this cell would too"
-                              + (" (the exercise scores 0)" if gid.startswith("test_") else ""))
-        events.append({"cell": k, "kind": "skipped", "why": f"{ex} ran past the time limit in an earlier cell"})
+        self.fail(k, "CellNotRun", f"not run: {ex} ran past the {self.lim['cell_timeout']}s limit in an "
+                                   "earlier cell, so this cell would too"
+                                   + (" (the exercise scores 0)" if gid.startswith("test_") else ""))
+        self.events.append({"cell": k, "kind": "skipped",
+                            "why": f"{ex} ran past the time limit in an earlier cell"})
         return True
 
-    def timed_out(k):
-        ex = exercise_of(cells[k])
+    def timed_out(self, k):
+        ex = self.exercise_of(self.cells[k])
         if ex:
-            looping.add(ex)
+            self.looping.add(ex)
 
-    def quiet(k) -> bool:
+    # -- executing ----------------------------------------------------------------------------
+    def quiet(self, k) -> bool:
         """Probe cells and graded test cells (hidden tests) run silently and without history."""
-        return _probe_of(cells[k], probe_cells) is not None or _graded_test(cells[k])
+        return _probe_of(self.cells[k], self.probe_cells) is not None or _graded_test(self.cells[k])
 
+    @staticmethod
     def run_quiet(c0, cell, k, count=None):
         """Execute without entering In/Out/_ih/%history, nor the student's pre/post_run_cell
         hooks (ipykernel's silent execution); `count` is the prompt number the cell shows."""
@@ -347,118 +354,151 @@ def main():
         finally:
             del kc.execute
 
-    def forget(c0, k, sources, bump):
+    def forget(self, c0, k, sources, bump):
         """The quiet cells' text out of linecache; `bump`: the kernel's counter past the number
         the test cell showed. (nbclient puts the cell it ran at index k of the notebook: the
         notebook's own cell goes back there.)"""
         own = c0.nb.cells[k]
         try:
-            run_quiet(c0, nbformat.v4.new_code_cell(forget_source(sources, bump)), k)
+            self.run_quiet(c0, self.nbf.v4.new_code_cell(forget_source(sources, bump)), k)
         finally:
             c0.nb.cells[k] = own
 
-    done, i, restarts = [], 0, 0
-    while i < len(cells):
-        crash = None
-        try:
-            c0 = client()
-            with c0.setup_kernel():
-                replayed = []
-                for k in done:                            # replay, silently, after a restart
-                    if time.monotonic() > deadline:
-                        raise BudgetSpent()
-                    if quiet(k):
-                        run_quiet(c0, copy.deepcopy(cells[k]), k)
-                        replayed.append(cells[k].source)
-                    else:
-                        c0.execute_cell(copy.deepcopy(cells[k]), k, store_history=False)
-                if replayed:
-                    forget(c0, done[-1], replayed, 0)
-                count = 1                                  # the prompt number of the next cell
-                while i < len(cells):
-                    c = cells[i]
-                    if c.cell_type != "code":
-                        i += 1
-                        continue
-                    if time.monotonic() > deadline:
-                        raise BudgetSpent()
-                    if i in demo:                         # never replayed; says so in the feedback
-                        c.outputs, c.execution_count = [nbformat.v4.new_output(
-                            "stream", name="stdout", text=LEFT_OUT)], None
-                        c.metadata["tfsgrade"] = {"ran": sha(c.source), "demo": True}
-                        i += 1
-                        continue
-                    if skip_looping(i):
-                        i += 1
-                        continue
-                    t = time.monotonic()
-                    try:
-                        if _probe_of(c, probe_cells) is not None:
-                            kernel = getattr(c0.km.provisioner, "pid", None) if watch else None
-                            found = strays(kernel) if kernel else []
-                            run_quiet(c0, c, i)           # it drops its own text from linecache
-                            found = found or (strays(kernel) if kernel else [])
-                            if found:                     # its captures are void: never used
-                                pids = ", ".join(map(str, found[:3]))
-                                c.outputs = [nbformat.v4.new_output(
-                                    "error", ename="ChildProcess", evalue=STRAY_MESSAGE.format(pids=pids)[14:],
-                                    traceback=[STRAY_MESSAGE.format(pids=pids)])]
-                                events.append({"cell": i, "kind": "stray_process", "pids": found[:8]})
-                        elif quiet(i):
-                            run_quiet(c0, c, i, count)
-                            forget(c0, i, [c.source], 1)
-                            count += 1
-                        else:
-                            c0.execute_cell(c, i)
-                            if isinstance(c.get("execution_count"), int):
-                                count = c.execution_count + 1
-                    except (DeadKernelError, CellTimeoutError) as e:
-                        crash = (i, e)
-                        raise
-                    seconds[i] = round(time.monotonic() - t, 3)
-                    c.metadata["tfsgrade"] = {"ran": sha(c.source)}
-                    if any(o.get("ename") == "CellTimeoutError" or
-                           (o.get("ename") == "KeyboardInterrupt" and seconds[i] >= lim["cell_timeout"])
-                           for o in c.outputs):
-                        events.append({"cell": i, "kind": "timeout"})
-                        timed_out(i)
-                    done.append(i)
-                    i += 1
-        except BudgetSpent:
-            not_run(i, f"the notebook's {lim['notebook_timeout']}s time budget was spent")
-            break
-        except Exception as e:  # noqa: BLE001
-            if crash is None:
-                if done and i < len(cells):
-                    not_run(i, "the kernel could not be restored after a crash "
-                               f"({type(e).__name__})")
-                else:
-                    not_run(i, f"the kernel could not start ({type(e).__name__}: {e})")
-                break
-        if crash is not None:
-            k, e = crash
-            dead = isinstance(crash[1], DeadKernelError)
-            fail(k, "KernelDied" if dead else "CellTimeoutError",
-                 "the kernel died while running this cell (os._exit, a crash or the memory cap)"
-                 if dead else f"the cell ran past the {lim['cell_timeout']}s limit and could not "
-                              "be interrupted; the kernel was restarted")
-            events.append({"cell": k, "kind": "died" if dead else "stuck"})
-            if not dead:
-                timed_out(k)
-            restarts += 1
-            i = k + 1
-            if restarts > lim["max_restarts"]:
-                not_run(i, f"more than {lim['max_restarts']} kernel restarts")
-                break
-    nb.metadata.pop("widgets", None)
-    probes, events, seconds = strip_probes(nb, probe_cells, events, seconds)
-    doc = json.dumps({"notebook": nbformat.writes(nb), "events": events,
-                      "seconds": seconds, "restarts": restarts, "started": started,
-                      "demos_left_out": len(demo),
-                      "uid": os.getuid(), "probes": probes})
-    with os.fdopen(out_fd, "w") as f:
-        f.write(doc)
+    def replay(self, c0):
+        """After a restart: the cells done so far, again, silently."""
+        replayed = []
+        for k in self.done:
+            if time.monotonic() > self.deadline:
+                raise BudgetSpent()
+            if self.quiet(k):
+                self.run_quiet(c0, copy.deepcopy(self.cells[k]), k)
+                replayed.append(self.cells[k].source)
+            else:
+                c0.execute_cell(copy.deepcopy(self.cells[k]), k, store_history=False)
+        if replayed:
+            self.forget(c0, self.done[-1], replayed, 0)
 
+    def run_probe(self, c0, c, i):
+        """A probe cell; a process of the task outside the kernel (a double fork), before or
+        after it, voids its captures."""
+        kernel = getattr(c0.km.provisioner, "pid", None) if self.watch else None
+        found = strays(kernel) if kernel else []
+        self.run_quiet(c0, c, i)                       # it drops its own text from linecache
+        found = found or (strays(kernel) if kernel else [])
+        if found:                                      # its captures are void: never used
+            msg = STRAY_MESSAGE.format(pids=", ".join(map(str, found[:3])))
+            c.outputs = [self.nbf.v4.new_output("error", ename="ChildProcess",
+                                                evalue=msg.split(": ", 1)[1], traceback=[msg])]
+            self.events.append({"cell": i, "kind": "stray_process", "pids": found[:8]})
+
+    def run_cell(self, c0, i, count) -> int:
+        """Cell i in kernel c0; returns the prompt number of the next cell."""
+        c = self.cells[i]
+        t = time.monotonic()
+        if _probe_of(c, self.probe_cells) is not None:
+            self.run_probe(c0, c, i)
+        elif self.quiet(i):
+            self.run_quiet(c0, c, i, count)
+            self.forget(c0, i, [c.source], 1)
+            count += 1
+        else:
+            c0.execute_cell(c, i)
+            if isinstance(c.get("execution_count"), int):
+                count = c.execution_count + 1
+        self.seconds[i] = round(time.monotonic() - t, 3)
+        c.metadata["tfsgrade"] = {"ran": sha(c.source)}
+        if any(o.get("ename") == "CellTimeoutError" or
+               (o.get("ename") == "KeyboardInterrupt" and self.seconds[i] >= self.lim["cell_timeout"])
+               for o in c.outputs):
+            self.events.append({"cell": i, "kind": "timeout"})
+            self.timed_out(i)
+        self.done.append(i)
+        return count
+
+    def leave_out(self, c):
+        c.outputs, c.execution_count = [self.nbf.v4.new_output("stream", name="stdout", text=LEFT_OUT)], None
+        c.metadata["tfsgrade"] = {"ran": sha(c.source), "demo": True}
+
+    def run_from_cursor(self):
+        """A fresh kernel: replay what was done, then run the cells from `self.i` on, moving
+        it. Raises (DeadKernelError, CellTimeoutError) with `self.crash` set to the cell."""
+        c0 = self.client()
+        with c0.setup_kernel():
+            self.replay(c0)
+            count = 1                                  # the prompt number of the next cell
+            while self.i < len(self.cells):
+                i, c = self.i, self.cells[self.i]
+                if c.cell_type == "code":
+                    if time.monotonic() > self.deadline:
+                        raise BudgetSpent()
+                    if i in self.demo:                 # never replayed; says so in the feedback
+                        self.leave_out(c)
+                    elif not self.skip_looping(i):
+                        try:
+                            count = self.run_cell(c0, i, count)
+                        except (self.DeadKernelError, self.CellTimeoutError) as e:
+                            self.crash = (i, e)
+                            raise
+                self.i += 1
+
+    def after_crash(self) -> int | None:
+        """Mark the cell that killed or stuck the kernel; the index to go on from (None: stop)."""
+        k, e = self.crash
+        dead = isinstance(e, self.DeadKernelError)
+        self.fail(k, "KernelDied" if dead else "CellTimeoutError",
+                  "the kernel died while running this cell (os._exit, a crash or the memory cap)"
+                  if dead else f"the cell ran past the {self.lim['cell_timeout']}s limit and could not "
+                               "be interrupted; the kernel was restarted")
+        self.events.append({"cell": k, "kind": "died" if dead else "stuck"})
+        if not dead:
+            self.timed_out(k)
+        self.restarts += 1
+        if self.restarts > self.lim["max_restarts"]:
+            self.not_run(k + 1, f"more than {self.lim['max_restarts']} kernel restarts")
+            return None
+        return k + 1
+
+    def execute(self):
+        self.i = 0                                     # the cursor: the next cell to run
+        while self.i < len(self.cells):
+            self.crash = None
+            try:
+                self.run_from_cursor()
+            except BudgetSpent:
+                self.not_run(self.i, f"the notebook's {self.lim['notebook_timeout']}s time budget was spent")
+                return
+            except Exception as e:  # noqa: BLE001
+                if self.crash is None:
+                    why = (f"the kernel could not be restored after a crash ({type(e).__name__})"
+                           if self.done and self.i < len(self.cells) else
+                           f"the kernel could not start ({type(e).__name__}: {e})")
+                    self.not_run(self.i, why)
+                    return
+                self.i = self.after_crash()
+                if self.i is None:
+                    return
+
+    def result(self) -> str:
+        self.nb.metadata.pop("widgets", None)
+        probes, events, seconds = strip_probes(self.nb, self.probe_cells, self.events, self.seconds)
+        return json.dumps({"notebook": self.nbf.writes(self.nb), "events": events,
+                           "seconds": seconds, "restarts": self.restarts, "started": self.started,
+                           "demos_left_out": len(self.demo),
+                           "uid": os.getuid(), "probes": probes})
+
+
+def main():
+    cfg = json.load(open(sys.argv[1]))
+    out_fd = int(sys.argv[2])
+    os.set_inheritable(out_fd, False)
+    _limit(cfg)
+    import nbformat                                    # after the limits and the uid drop
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    run = Run(cfg, nbformat, NotebookClient, (CellTimeoutError, DeadKernelError))
+    run.execute()
+    with os.fdopen(out_fd, "w") as f:
+        f.write(run.result())
 
 if __name__ == "__main__":
     main()

@@ -267,70 +267,86 @@ def execute_task(task: dict) -> dict:
            "sandbox": {"isolated": bool(task["sandbox"])}}
     t0 = time.time()
     try:
-        (scratch / "work").mkdir()
-        (scratch / "ctl").mkdir()
-        (scratch / "ctl" / f"{a}.ipynb").write_bytes(task["notebook"])
-        root_mode = os.getuid() == 0
-        if task["sandbox"]:    # the notebook comes in read-only; the runner copies it to a tmpfs
-            cwd, src, runner, ctl = INSIDE_WORK, f"/control/{a}.ipynb", INSIDE_RUNNER, "/control"
-        else:
-            cwd, src, runner, ctl = str(scratch / "work"), str(scratch / "ctl" / f"{a}.ipynb"), \
-                str(RUNNER), str(scratch / "ctl")
-        cfg = {"source": src, "notebook": f"{cwd}/{a}.ipynb", "cwd": cwd, "limits": task["limits"],
-               "run_demos": bool(task.get("run_demos")),
-               "drop_to": NOBODY if (task["sandbox"] and root_mode) else None,
-               "nproc": bool(task["sandbox"]) and not root_mode, "probes": task.get("probes", []),
-               "pid_namespace": bool(task["sandbox"])}
-        (scratch / "ctl" / "run.json").write_text(json.dumps(cfg))
-        rfd, wfd = os.pipe()
-        cmd = [sys.executable, runner, f"{ctl}/run.json", str(wfd)]
+        cmd, env = _prepare(task, scratch)
         if task["sandbox"]:
             cgroups = _cgroup_new(limits)
-            package = course_package(task.get("closed", []), a)
-            cmd = _bwrap_args(scratch, package) + cmd
-            env = None
-        else:
-            env = dict(os.environ, NBGRADER_EXECUTION="autograde", OMP_NUM_THREADS="1",
-                       PYTHONWARNINGS="ignore", MPLBACKEND="module://matplotlib_inline.backend_inline")
+            cmd = _bwrap_args(scratch, course_package(task.get("closed", []), a)) + cmd
         res["sandbox"]["memory_cap"] = ("cgroup" if cgroups else "rlimit+watchdog") if task["sandbox"] else "rlimit"
-        log = open(scratch / "runner.log", "wb")
         launched = time.time()
-        proc = subprocess.Popen(cmd, pass_fds=(wfd,), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, env=env, cwd=str(scratch / "work"),
-                                preexec_fn=_preexec(cgroups))
-        os.close(wfd)
-        data = bytearray()
-        cap = int(limits.output_mb * 2**20)
-
-        def reader():
-            with os.fdopen(rfd, "rb") as f:
-                while chunk := f.read(1 << 16):
-                    if len(data) <= cap:
-                        data.extend(chunk[: cap + 1 - len(data)])
-        th = threading.Thread(target=reader, daemon=True)
-        th.start()
-        killed = _watch(proc, limits, use_watchdog=not cgroups)
-        th.join(timeout=10)
-        log.close()
+        killed, code, data = _launch(cmd, env, scratch, limits, cgroups)
         res["timings"] = {"total_s": round(time.time() - t0, 3)}
-        if killed:
-            res["status"], res["error"] = "killed", killed
-        elif len(data) > cap:
-            res["status"], res["error"] = "too_big", f"the executed notebook is larger than {limits.output_mb:g} MB"
-        elif not data:
-            tail = (scratch / "runner.log").read_bytes()[-2000:].decode(errors="replace")
-            res["status"], res["error"] = "no_result", f"the sandbox returned no result (exit {proc.returncode}): {tail.strip()[-400:]}"
-        else:
-            doc = json.loads(bytes(data))
-            res.update(notebook=doc["notebook"], events=doc["events"], seconds=doc["seconds"],
-                       restarts=doc["restarts"], probes=doc.get("probes", {}),
-                       demos_left_out=doc.get("demos_left_out", 0))
-            res["sandbox"]["start_ms"] = round((doc["started"] - launched) * 1000, 1)
-            res["sandbox"]["uid"] = doc["uid"]
+        _read_result(res, killed, code, data, scratch, limits, launched)
     finally:
         _cgroup_end(cgroups)
         shutil.rmtree(scratch, ignore_errors=True)
     return res
+
+
+def _prepare(task: dict, scratch: Path):
+    """The runner's folders and config in `scratch`; (command, environment) to start it."""
+    a = task["assignment"]
+    (scratch / "work").mkdir()
+    (scratch / "ctl").mkdir()
+    (scratch / "ctl" / f"{a}.ipynb").write_bytes(task["notebook"])
+    root_mode = os.getuid() == 0
+    if task["sandbox"]:    # the notebook comes in read-only; the runner copies it to a tmpfs
+        cwd, src, runner, ctl = INSIDE_WORK, f"/control/{a}.ipynb", INSIDE_RUNNER, "/control"
+    else:
+        cwd, src, runner, ctl = str(scratch / "work"), str(scratch / "ctl" / f"{a}.ipynb"), \
+            str(RUNNER), str(scratch / "ctl")
+    cfg = {"source": src, "notebook": f"{cwd}/{a}.ipynb", "cwd": cwd, "limits": task["limits"],
+           "run_demos": bool(task.get("run_demos")),
+           "drop_to": NOBODY if (task["sandbox"] and root_mode) else None,
+           "nproc": bool(task["sandbox"]) and not root_mode, "probes": task.get("probes", []),
+           "pid_namespace": bool(task["sandbox"])}
+    (scratch / "ctl" / "run.json").write_text(json.dumps(cfg))
+    env = None if task["sandbox"] else dict(
+        os.environ, NBGRADER_EXECUTION="autograde", OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
+        MPLBACKEND="module://matplotlib_inline.backend_inline")
+    return [sys.executable, runner, f"{ctl}/run.json"], env
+
+
+def _launch(cmd, env, scratch: Path, limits, cgroups):
+    """Start the runner with the write end of a pipe, read at most output_mb (+1 byte) from it
+    while the watch enforces the limits; (why it was killed or None, exit code, the bytes)."""
+    rfd, wfd = os.pipe()
+    log = open(scratch / "runner.log", "wb")
+    proc = subprocess.Popen(cmd + [str(wfd)], pass_fds=(wfd,), stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, env=env, cwd=str(scratch / "work"),
+                            preexec_fn=_preexec(cgroups))
+    os.close(wfd)
+    data = bytearray()
+    cap = int(limits.output_mb * 2**20)
+
+    def reader():
+        with os.fdopen(rfd, "rb") as f:
+            while chunk := f.read(1 << 16):
+                if len(data) <= cap:
+                    data.extend(chunk[: cap + 1 - len(data)])
+    th = threading.Thread(target=reader, daemon=True)
+    th.start()
+    killed = _watch(proc, limits, use_watchdog=not cgroups)
+    th.join(timeout=10)
+    log.close()
+    return killed, proc.returncode, data
+
+
+def _read_result(res: dict, killed, code, data, scratch: Path, limits, launched: float) -> None:
+    cap = int(limits.output_mb * 2**20)
+    if killed:
+        res["status"], res["error"] = "killed", killed
+    elif len(data) > cap:
+        res["status"], res["error"] = "too_big", f"the executed notebook is larger than {limits.output_mb:g} MB"
+    elif not data:
+        tail = (scratch / "runner.log").read_bytes()[-2000:].decode(errors="replace")
+        res["status"], res["error"] = "no_result", f"the sandbox returned no result (exit {code}): {tail.strip()[-400:]}"
+    else:
+        doc = json.loads(bytes(data))
+        res.update(notebook=doc["notebook"], events=doc["events"], seconds=doc["seconds"],
+                   restarts=doc["restarts"], probes=doc.get("probes", {}),
+                   demos_left_out=doc.get("demos_left_out", 0))
+        res["sandbox"]["start_ms"] = round((doc["started"] - launched) * 1000, 1)
+        res["sandbox"]["uid"] = doc["uid"]
 
 
 def _reap_largest_over(pid: int, cap: float) -> None:

@@ -143,6 +143,12 @@ EXERCISE_GROUPS: dict[str, tuple[str, ...]] = {
     "cosine_schedule": ("lr_scheduler",),
 }
 
+_ATTR_CALLS = ("builtins.getattr", "builtins.hasattr", "inspect.getattr_static",
+               "builtins.setattr", "builtins.delattr")
+_EXEC_CALLS = ("builtins.exec", "builtins.eval", "builtins.compile",
+               "IPython.shell.run_cell", "IPython.shell.ex", "IPython.shell.ev")
+_OPEN_CALLS = ("builtins.open", "io.open", "os.open", "codecs.open")
+
 _CE_LEAVES = {"cross_entropy", "CrossEntropyLoss", "cross_entropy_loss"}
 # position of label_smoothing among the positional parameters
 _CE_LS_POS = {"cross_entropy": 7, "cross_entropy_loss": 5, "CrossEntropyLoss": 5}
@@ -896,67 +902,22 @@ class _Cell(ast.NodeVisitor):
         args = node.args
         if fpath == "builtins.object.__getattribute__":
             fpath = "builtins.getattr"
-        if fpath in ("builtins.getattr", "builtins.hasattr", "inspect.getattr_static",
-                     "builtins.setattr", "builtins.delattr") and len(args) >= 2:
-            base = self.resolve(args[0])
-            name = self.fold(args[1])
-            modular = base and not base.startswith(USER) and not base.startswith("builtins.globals")
-            if fpath in ("builtins.setattr", "builtins.delattr"):
-                if modular and not base.startswith(_ASSIGN_OK):
-                    self.flag(node, "tamper", REVIEW,
-                              f"changes an attribute of `{base}` with {fpath.split('.')[-1]}")
-                elif name in _HOOK_ATTRS:
-                    self.flag(node, "tamper", REVIEW, f"sets `{name}` with setattr")
-            elif name is None and modular:
-                self.flag(node, "dynamic-lookup", REVIEW,
-                          f"looks up a computed attribute name on `{base}`")
-            elif name is None and self.groups and fpath != "builtins.hasattr" and not (
-                    isinstance(args[0], ast.Name) and args[0].id in ("self", "cls")):
-                self.flag(node, "dynamic-lookup", REVIEW,
-                          f"`{self.exercise}` looks up a computed attribute name with getattr",
-                          self.exercise)
-            elif name is not None and not modular and self.exercise:
-                self._check_method(node, name, self.exercise, self.groups, args[0],
-                                   via=f" (through getattr(..., {name!r}))")
-        elif fpath is None and isinstance(node.func, ast.Call) and self.exercise and \
-                self.resolve(node.func.func) == "operator.attrgetter" and node.func.args:
-            name = self.fold(node.func.args[0])
-            if name:
-                self._check_method(node, name.split(".")[-1], self.exercise, self.groups,
-                                   via=f" (through operator.attrgetter({name!r}))")
-        elif fpath is None and isinstance(node.func, ast.Attribute) and \
-                node.func.attr == "__getattribute__" and args and self.exercise:
-            name = self.fold(args[-1])
-            if name:
-                self._check_method(node, name, self.exercise, self.groups, node.func.value,
-                                   via=f" (through __getattribute__({name!r}))")
-        elif fpath in ("builtins.exec", "builtins.eval", "builtins.compile",
-                       "IPython.shell.run_cell", "IPython.shell.ex", "IPython.shell.ev") and args:
+        if fpath in _ATTR_CALLS and len(args) >= 2:
+            self._check_attr_call(node, fpath)
+        elif self._check_indirect_method(node, fpath):
+            pass
+        elif fpath in _EXEC_CALLS and args:
             code = self.fold(args[0])
             if code is not None:
                 self._visit_string_code(node, code)
-        elif fpath in ("builtins.open", "io.open", "os.open", "codecs.open") and args:
+        elif fpath in _OPEN_CALLS and args:
             p = self.fold(args[0])
             if p is None:
                 self.flag(node, "file-access", REVIEW, "opens a file whose path is computed")
             elif p.startswith(("/", "~")) or re.match(r"^[A-Za-z]:\\", p):
                 self.flag(node, "file-access", REVIEW, f"opens a file outside the notebook's folder: {p!r}")
-        elif fpath == "operator.methodcaller" and args and self.exercise:
-            name = self.fold(args[0])
-            if name:
-                self._check_method(node, name, self.exercise, self.groups,
-                                   via=f" (through operator.methodcaller({name!r}))")
         elif fpath in ("IPython.shell.run_line_magic", "IPython.shell.run_cell_magic") and args:
-            magic = (self.fold(args[0]) or "").lstrip("%")
-            line = self.fold(args[1]) if len(args) > 1 else ""
-            if magic in _MAGICS_SUBPROCESS:
-                self.flag(node, "subprocess", REVIEW, f"runs a shell command through %{magic}")
-            elif magic in _MAGICS_FILES:
-                self.flag(node, "file-access", REVIEW, f"runs or loads files through %{magic} {line or ''}".strip())
-            elif magic == "load_ext" and (line or "").strip() != "autoreload":
-                self.flag(node, "ipython-hook", REVIEW, f"loads an IPython extension: {line!r}")
-            elif magic not in _MAGICS_OK:
-                self.flag(node, "ipython-hook", REVIEW, f"uses the magic %{magic}")
+            self._check_magic(node)
         elif fpath and fpath.endswith((".__dict__.update", ".__dict__.pop", ".__dict__.clear",
                                        ".__dict__.setdefault", ".__dict__.__setitem__")):
             base = fpath.rsplit(".__dict__.", 1)[0]
@@ -968,6 +929,66 @@ class _Cell(ast.NodeVisitor):
             self.flag(node, "tamper", REVIEW, "rebinds names through globals().update")
         if self.exercise and "label_smoothing" in self.groups and fpath:
             self._check_label_smoothing(node, fpath)
+
+    def _check_attr_call(self, node: ast.Call, fpath: str):
+        """getattr / hasattr / setattr / delattr (and inspect.getattr_static)."""
+        args = node.args
+        base = self.resolve(args[0])
+        name = self.fold(args[1])
+        modular = base and not base.startswith(USER) and not base.startswith("builtins.globals")
+        if fpath in ("builtins.setattr", "builtins.delattr"):
+            if modular and not base.startswith(_ASSIGN_OK):
+                self.flag(node, "tamper", REVIEW,
+                          f"changes an attribute of `{base}` with {fpath.split('.')[-1]}")
+            elif name in _HOOK_ATTRS:
+                self.flag(node, "tamper", REVIEW, f"sets `{name}` with setattr")
+        elif name is None and modular:
+            self.flag(node, "dynamic-lookup", REVIEW,
+                      f"looks up a computed attribute name on `{base}`")
+        elif name is None and self.groups and fpath != "builtins.hasattr" and not (
+                isinstance(args[0], ast.Name) and args[0].id in ("self", "cls")):
+            self.flag(node, "dynamic-lookup", REVIEW,
+                      f"`{self.exercise}` looks up a computed attribute name with getattr",
+                      self.exercise)
+        elif name is not None and not modular and self.exercise:
+            self._check_method(node, name, self.exercise, self.groups, args[0],
+                               via=f" (through getattr(..., {name!r}))")
+
+    def _check_indirect_method(self, node: ast.Call, fpath) -> bool:
+        """A method called by name: operator.attrgetter(n)(x), x.__getattribute__(n),
+        operator.methodcaller(n). True when the call is one of these."""
+        args, name, receiver, how = node.args, None, None, None
+        if fpath is None and isinstance(node.func, ast.Call) and self.exercise and \
+                self.resolve(node.func.func) == "operator.attrgetter" and node.func.args:
+            name, how = self.fold(node.func.args[0]), "operator.attrgetter"
+            name = name and name.split(".")[-1]
+            shown = self.fold(node.func.args[0])
+        elif fpath is None and isinstance(node.func, ast.Attribute) and \
+                node.func.attr == "__getattribute__" and args and self.exercise:
+            name, how, receiver = self.fold(args[-1]), "__getattribute__", node.func.value
+            shown = name
+        elif fpath == "operator.methodcaller" and args and self.exercise:
+            name, how = self.fold(args[0]), "operator.methodcaller"
+            shown = name
+        else:
+            return False
+        if name:
+            self._check_method(node, name, self.exercise, self.groups, receiver,
+                               via=f" (through {how}({shown!r}))")
+        return True
+
+    def _check_magic(self, node: ast.Call):
+        args = node.args
+        magic = (self.fold(args[0]) or "").lstrip("%")
+        line = self.fold(args[1]) if len(args) > 1 else ""
+        if magic in _MAGICS_SUBPROCESS:
+            self.flag(node, "subprocess", REVIEW, f"runs a shell command through %{magic}")
+        elif magic in _MAGICS_FILES:
+            self.flag(node, "file-access", REVIEW, f"runs or loads files through %{magic} {line or ''}".strip())
+        elif magic == "load_ext" and (line or "").strip() != "autoreload":
+            self.flag(node, "ipython-hook", REVIEW, f"loads an IPython extension: {line!r}")
+        elif magic not in _MAGICS_OK:
+            self.flag(node, "ipython-hook", REVIEW, f"uses the magic %{magic}")
 
     def _check_label_smoothing(self, node: ast.Call, fpath: str):
         leaf = _leaf(fpath)

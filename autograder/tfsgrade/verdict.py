@@ -240,52 +240,62 @@ def decode(probes: dict | None, assignment: str | None = None, wants: dict | Non
             continue
         doc = doc if isinstance(doc, dict) else {}
         docs = doc.get("docs") if isinstance(doc.get("docs"), list) else []
-        caps, meta, bad = {}, {}, {}
         ex = specs.get(ex_name)
         order = [p.name for p in ex.probes] if ex is not None else None
         want_caps = (wants or {}).get(ex_name, {}).get("caps", {})
-        seen, nxt = {}, 0
-        for d in docs:
-            d = d if isinstance(d, dict) else {}
-            name = d.get("probe") if isinstance(d.get("probe"), str) else repr(d.get("probe"))[:40]
-            why = None
-            if order is not None:
-                if d.get("exercise") != ex_name or name not in order:
-                    why = f"a capture for {str(d.get('exercise'))[:40]}/{str(name)[:40]}"
-                elif name in seen or name in bad:
-                    why = f"a second capture for {name}"
-                elif order.index(name) != nxt:
-                    why = f"a capture for {name} out of the plan's order"
-            if why:     # a real sequence is the plan's order, or a prefix of it
-                problems.append(f"{FORGED} in the check of {ex_name}: {why}; not used")
-                if d.get("exercise") == ex_name and name in order:
-                    bad[name] = why             # which of the two is the probe's is unknown
-                    seen.pop(name, None)
-                continue
-            if order is not None:
-                nxt += 1
-            try:
-                c = unpack_checked(d.get("caps", ""), name, want_caps, budget)
-                m = d.get("meta") or {}
-                if not isinstance(m, dict) or any(not str(k).startswith(f"{name}.") for k in m):
-                    raise Rejected("meta for another probe")
-            except Rejected as e:
-                what = "a result too large to judge" if e.too_big else FORGED
-                problems.append(f"{what} in the check of {ex_name}/{name}: {str(e)[:200]}; not used")
-                if order is not None:
-                    bad[name] = f"{what}: {str(e)[:200]}"
-                else:
-                    meta[f"{name}.error"] = f"unreadable capture ({e})"
-                continue
-            seen[name] = (c, m)
-        for name, (c, m) in seen.items():
-            if name not in bad:
-                caps.update(c)
-                meta.update(m)
-        for name, why in bad.items():
-            meta[f"{name}.error"] = f"CheckNotRun: the independent check's result was not used ({why})"
+        caps, meta = _decode_exercise(ex_name, docs, order, want_caps, budget, problems)
         out[ex_name] = {"caps": caps, "meta": meta, "error": doc.get("error")}
     return out
+
+
+def _out_of_order(d: dict, ex_name: str, name: str, order: list, seen: dict, bad: dict, nxt: int):
+    """Why a capture document breaks the plan (None when it is the next one expected)."""
+    if d.get("exercise") != ex_name or name not in order:
+        return f"a capture for {str(d.get('exercise'))[:40]}/{str(name)[:40]}"
+    if name in seen or name in bad:
+        return f"a second capture for {name}"
+    if order.index(name) != nxt:
+        return f"a capture for {name} out of the plan's order"
+    return None
+
+
+def _decode_exercise(ex_name, docs, order, want_caps, budget, problems) -> tuple[dict, dict]:
+    """One exercise's capture documents -> (caps, meta); `order`: the plan's probe names (None:
+    only read them). A document that breaks the plan is not used and its probe fails."""
+    caps, meta, bad, seen, nxt = {}, {}, {}, {}, 0
+    for d in docs:
+        d = d if isinstance(d, dict) else {}
+        name = d.get("probe") if isinstance(d.get("probe"), str) else repr(d.get("probe"))[:40]
+        why = _out_of_order(d, ex_name, name, order, seen, bad, nxt) if order is not None else None
+        if why:         # a real sequence is the plan's order, or a prefix of it
+            problems.append(f"{FORGED} in the check of {ex_name}: {why}; not used")
+            if d.get("exercise") == ex_name and name in order:
+                bad[name] = why                 # which of the two is the probe's is unknown
+                seen.pop(name, None)
+            continue
+        if order is not None:
+            nxt += 1
+        try:
+            c = unpack_checked(d.get("caps", ""), name, want_caps, budget)
+            m = d.get("meta") or {}
+            if not isinstance(m, dict) or any(not str(k).startswith(f"{name}.") for k in m):
+                raise Rejected("meta for another probe")
+        except Rejected as e:
+            what = "a result too large to judge" if e.too_big else FORGED
+            problems.append(f"{what} in the check of {ex_name}/{name}: {str(e)[:200]}; not used")
+            if order is not None:
+                bad[name] = f"{what}: {str(e)[:200]}"
+            else:
+                meta[f"{name}.error"] = f"unreadable capture ({e})"
+            continue
+        seen[name] = (c, m)
+    for name, (c, m) in seen.items():
+        if name not in bad:
+            caps.update(c)
+            meta.update(m)
+    for name, why in bad.items():
+        meta[f"{name}.error"] = f"CheckNotRun: the independent check's result was not used ({why})"
+    return caps, meta
 
 
 def _want(ex, seed: int, wants: dict | None) -> dict:
