@@ -67,6 +67,46 @@ def test_import_rules(folder, forbidden, why):
     assert not bad, f"{why}:\n" + "\n".join(bad)
 
 
+OUTSIDE = ("nbgrader", "matplotlib", "ipywidgets")   # the outside libraries the picture shows
+
+
+def _part(module: str) -> str | None:
+    """The part of the course a module belongs to: tfsgrade, tfscratch.<first name>, or one of
+    OUTSIDE (None: anything else, torch and the standard library included)."""
+    p = module.split(".")
+    if p[0] == "tfsgrade":
+        return "tfsgrade"
+    if p[0] == "tfscratch":
+        return ".".join(p[:2])
+    return p[0] if p[0] in OUTSIDE else None
+
+
+def import_graph(root: Path = REPO) -> dict:
+    """{part: the other parts it imports}, from every import statement of the two packages."""
+    graph: dict = {}
+    for folder in ("autograder/tfsgrade", "helpers/tfscratch"):
+        for path in (root / folder).rglob("*.py"):
+            src = _part(module_name(path, root))
+            for _, target in imports(path, root):
+                dst = _part(target)
+                if dst and dst != src:
+                    graph.setdefault(src, set()).add(dst)
+    return graph
+
+
+def test_the_architecture_picture_is_the_import_graph():
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = text.split("```imports\n", 1)[1].split("```", 1)[0]
+    drawn = {}
+    for line in block.strip().splitlines():
+        src, dsts = (x.strip() for x in line.split("->"))
+        drawn[src] = {d.strip() for d in dsts.split(",")}
+    actual = import_graph()
+    lines = [f"{k} -> {', '.join(sorted(v))}" for k, v in sorted(actual.items())]
+    assert drawn == actual, ("docs/architecture.md's import graph is not the code's; the code "
+                             "has:\n" + "\n".join(lines))
+
+
 def test_the_scan_finds_a_violation(tmp_path):
     pkg = tmp_path / "helpers" / "tfscratch" / "reference"
     pkg.mkdir(parents=True)
