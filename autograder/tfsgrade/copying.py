@@ -36,6 +36,8 @@ import re
 from dataclasses import dataclass, field
 
 from . import similarity
+from .cells import meta as _meta
+from .cells import source as _src
 
 MODEL = "the model answer"
 TEXT_THRESHOLD = 0.8   # a classmate's or the model answer: 80 % of the word sequence shared
@@ -43,16 +45,6 @@ EQUAL = 0.9            # "equal" for the notebook count: near-verbatim, a word o
 MIN_WORDS = 10         # shorter answers are not compared (too many honest coincidences)
 MARKER = re.compile(r"^[ \t]*#*[ \t]*(BEGIN|END) SOLUTION\b", re.M)
 _WORD = re.compile(r"\w+")
-
-
-def _meta(c) -> dict:
-    m = c.get("metadata", {}).get("nbgrader") if isinstance(c.get("metadata"), dict) else None
-    return m if isinstance(m, dict) else {}
-
-
-def _src(c) -> str:
-    s = c.get("source", "")
-    return "".join(s) if isinstance(s, list) else str(s or "")
 
 
 def answer_texts(nb, ids=None) -> dict[str, str]:

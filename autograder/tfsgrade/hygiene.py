@@ -31,6 +31,9 @@ import re
 
 import nh3
 
+from .cells import meta as _meta
+from .cells import source as _src
+
 BEGIN_HIDDEN = "BEGIN HIDDEN TESTS"
 END_HIDDEN = "END HIDDEN TESTS"
 LIMIT = 20_000
@@ -59,18 +62,6 @@ def _split_hidden(source: str) -> tuple[str, int]:
         else:
             out.append(line)
     return "\n".join(out).rstrip("\n"), hidden
-
-
-def _meta(cell) -> dict:
-    """A cell's nbgrader metadata as a dict, whatever a submission put there."""
-    m = cell.get("metadata", {}) if isinstance(cell, dict) else {}
-    m = m.get("nbgrader") if isinstance(m, dict) else None
-    return m if isinstance(m, dict) else {}
-
-
-def _src(cell) -> str:
-    s = cell.get("source", "")
-    return "".join(s) if isinstance(s, list) else str(s or "")
 
 
 def hidden_test_ids(source) -> set[str]:

@@ -22,11 +22,7 @@ import uuid
 import nbformat
 
 from . import demos
-
-
-def _meta(c) -> dict:
-    m = c.get("metadata", {}).get("nbgrader")
-    return m if isinstance(m, dict) else {}
+from .cells import meta as _meta
 
 
 def _kind(m: dict) -> str | None:

@@ -34,6 +34,9 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from .cells import meta as _meta
+from .cells import source as _src
+
 CERTAIN = "certain"
 REVIEW = "review"
 
@@ -1265,18 +1268,6 @@ def _read(path: Path):
 def _read_cached(path: str, mtime_ns: int):
     import nbformat
     return nbformat.read(path, as_version=4)
-
-
-def _meta(cell) -> dict:
-    """A cell's nbgrader metadata as a dict, whatever a submission put there."""
-    m = cell.get("metadata", {}) if isinstance(cell, dict) else {}
-    m = m.get("nbgrader") if isinstance(m, dict) else None
-    return m if isinstance(m, dict) else {}
-
-
-def _src(cell) -> str:
-    s = cell.get("source", "")
-    return "".join(s) if isinstance(s, list) else str(s or "")
 
 
 def _code_sources(nb, *, skip_solutions=False) -> set[str]:
