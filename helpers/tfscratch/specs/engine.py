@@ -445,7 +445,7 @@ def _at(idx) -> tuple:
     return tuple(int(i) for i in idx)
 
 
-def _compare_key(key, got, want, p: Probe) -> str | None:
+def compare_key(key, got, want, p: Probe) -> str | None:
     if p.compare is not None:
         msg = p.compare(key, got, want)
         if msg != "default":
@@ -508,7 +508,7 @@ def judge_probe(p: Probe, want: dict, got: dict) -> str | None:
                 return ("the call should raise an error but returned normally" if bool(w) else
                         f"the call raised {gm.get(key, 'an error')}")
             continue
-        msg = _compare_key(key, np.asarray(gc[key]), np.asarray(w), p)
+        msg = compare_key(key, np.asarray(gc[key]), np.asarray(w), p)
         if msg:
             return msg
     if p.sizes:                        # containers: as many entries as the reference's
@@ -848,7 +848,6 @@ def judge_assignment(assignment: str, run_seed: int, results: dict) -> dict:
             for p in ex.probes}}
         out.update(judge(ex, run_seed, got))
     return out
-compare_key = _compare_key
 
 
 def masked_rows(key, got, want, dead, nan_hint: str) -> str | None:
