@@ -83,7 +83,7 @@ def test_an_answer_that_reads_a_demonstration_keeps_it_running(graded):
     demonstrations nothing reads were left out."""
     import nbformat
 
-    from tfsgrade.runner import LEFT_OUT
+    from tfsgrade.sandbox_runner import LEFT_OUT
     out, _ = graded
     nb = nbformat.read(out / "course" / "autograded" / "ola" / A01 / f"{A01}.ipynb", as_version=4)
     text = lambda c: "".join(o.get("text", "") for o in c.outputs)  # noqa: E731

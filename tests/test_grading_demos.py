@@ -122,7 +122,7 @@ def test_the_runner_leaves_out_marked_cells_and_says_they_ran_nowhere():
     outputs it was handed in with) and the sandbox's hash (so nbgrader does not call it
     NotExecuted); run_demos runs it."""
     from tfsgrade.merge import RanInSandbox
-    from tfsgrade.runner import LEFT_OUT
+    from tfsgrade.sandbox_runner import LEFT_OUT
     from tfsgrade.sandbox import execute_task
     from tfsgrade.settings import Limits
     nb = nbformat.v4.new_notebook()

@@ -111,7 +111,7 @@ def test_solution_graded_with_its_demonstrations_left_out(roundtrip, assignment)
     every point (test above). The browser's Run All checks the same notebook's progress table."""
     import nbformat
     from tfsgrade import demos
-    from tfsgrade.runner import LEFT_OUT
+    from tfsgrade.sandbox_runner import LEFT_OUT
     out, items = roundtrip
     by = {(it.student, it.assignment): it for it in items}
     released = nbformat.read(NOTEBOOKS / f"{assignment}.ipynb", as_version=4)

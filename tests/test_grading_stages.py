@@ -167,7 +167,7 @@ def test_probe_cells_go_after_their_solution_cell_and_come_out_again():
     cell; afterwards the notebook is the student's again, its events and timings renumbered,
     and the probe's captures (or its error) come back per exercise."""
     import nbformat
-    from tfsgrade import runner
+    from tfsgrade import sandbox_runner as runner
     nb = nbformat.v4.new_notebook()
     sol = nbformat.v4.new_code_cell("def softmax(x, dim=-1): ...")
     sol.metadata["nbgrader"] = {"grade_id": "softmax", "solution": True}

@@ -14,7 +14,7 @@ import pytest
 
 import lmstools as lt
 from nbtools import A01
-from tfsgrade import exports, intake, lms
+from tfsgrade import intake, lms, lms_export
 
 
 def _intake(tmp_path, src, **kw):
@@ -269,7 +269,7 @@ def test_exports_carry_the_rosters_ids_and_points(tmp_path):
     got, items, out = _intake(tmp_path, z, roster=lt.roster(tmp_path / "roster.csv"))
     rows = [{"student_id": s, A01: {"ada": "20", "ben": "12.5", "cleo": "7"}.get(s, "")}
             for s in items]
-    paths = exports.write_exports(out, rows, {A01: 20}, notebooks=[A01])   # what grading calls
+    paths = lms_export.write_exports(out, rows, {A01: 20}, notebooks=[A01])   # what grading calls
     canvas = _csv(paths["canvas"])
     assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", A01]
     assert canvas[1] == ["Points Possible", "", "", "", "", "20"]
@@ -283,9 +283,9 @@ def test_exports_carry_the_rosters_ids_and_points(tmp_path):
     assert ["ben@uni.example", "12.5"] in moodle                    # points, not percent
     # --id-field, kept in OUT for `tfs-grade export`
     lms.save(out, roster=lms.saved_roster(out), given=True, id_fields=["SIS User ID", "username"])
-    assert exports.split_id_fields(["sis_login_id", "Email address"]) == ("SIS Login ID", "Email address")
-    assert _csv(exports.write_exports(out, rows, {A01: 20}, notebooks=[A01])["moodle"])[0][0] == "Username"
-    pct = exports.moodle_csv(rows, {A01: 20}, notebooks=[A01], scale="percent")
+    assert lms_export.split_id_fields(["sis_login_id", "Email address"]) == ("SIS Login ID", "Email address")
+    assert _csv(lms_export.write_exports(out, rows, {A01: 20}, notebooks=[A01])["moodle"])[0][0] == "Username"
+    pct = lms_export.moodle_csv(rows, {A01: 20}, notebooks=[A01], scale="percent")
     assert "ada,100" in pct
 
 
@@ -293,7 +293,7 @@ def test_exports_without_a_roster_use_canvas_user_ids(tmp_path):
     z = lt.write_zip(tmp_path / "s.zip", lt.canvas_files())
     got, items, out = _intake(tmp_path, z)
     rows = [{"student_id": s, A01: "20"} for s in items]
-    canvas = _csv(exports.write_exports(out, rows, {A01: 20}, notebooks=[A01])["canvas"])
+    canvas = _csv(lms_export.write_exports(out, rows, {A01: 20}, notebooks=[A01])["canvas"])
     ids = {r[1] for r in canvas[2:]}
     assert ids == {"1001", "1002", "1003", "1999"}   # Canvas matches on ID
     # a later run on plain folders without a roster forgets the derived one

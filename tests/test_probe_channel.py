@@ -19,7 +19,7 @@ import pytest
 
 from nbtools import A01, NOTEBOOKS, read
 from tfscratch.specs import engine, vm
-from tfsgrade import runner, verdict
+from tfsgrade import sandbox_runner, verdict
 from tfsgrade.settings import Settings, derive_seed
 
 SEED = 77
@@ -245,20 +245,20 @@ def test_the_secret_is_made_once_private_and_seeds_follow_it(tmp_path):
     assert fixed.item_seed(it) == 31 and fixed.item_seed(SimpleNamespace(
         student="ben", assignment=A01, notebook=b"[]")) == 31
     assert s1.probe_key.decode() not in repr(s1)
-    assert s1.fingerprint() == fixed.fingerprint()           # the seed goes into run._key
+    assert s1.fingerprint() == fixed.fingerprint()           # the seed goes into dispatch._key
 
 
 def test_the_task_carries_its_seed_never_the_secret(tmp_path):
-    from tfsgrade import run
+    from tfsgrade import dispatch
     s = Settings.build(tmp_path / "out", log=lambda *a: None)
     it = SimpleNamespace(student="ada", assignment=A01, notebook=b"{}")
-    task = run.payload(it, s)
+    task = dispatch.payload(it, s)
     assert task["seed"] == s.item_seed(it)
     assert s.probe_key.decode() not in json.dumps({k: v for k, v in task.items() if k != "notebook"})
-    k1 = run._key(it, s)
-    assert k1 == run._key(it, s)
-    assert k1 != run._key(SimpleNamespace(student="ben", assignment=A01, notebook=b"{}"), s)
-    assert k1 != run._key(it, Settings.build(tmp_path / "other", log=lambda *a: None))
+    k1 = dispatch._key(it, s)
+    assert k1 == dispatch._key(it, s)
+    assert k1 != dispatch._key(SimpleNamespace(student="ben", assignment=A01, notebook=b"{}"), s)
+    assert k1 != dispatch._key(it, Settings.build(tmp_path / "other", log=lambda *a: None))
 
 
 def test_a_secret_inside_a_folder_the_sandbox_mounts_is_refused(tmp_path):
@@ -307,7 +307,7 @@ def _test(g):
 def test_the_probe_sees_a_helper_defined_below_the_solution():
     nb = _nb(("import torch", None), ("def softmax(x): return _h(x)", _sol("softmax")),
              ("def _h(x): ...", None), ("chk.test_softmax_rows(softmax)", _test("test_softmax_rows")))
-    runner.insert_probes(nb, [{"exercise": "softmax", "cells": ["test_softmax_rows"], "source": "P"}])
+    sandbox_runner.insert_probes(nb, [{"exercise": "softmax", "cells": ["test_softmax_rows"], "source": "P"}])
     assert [c.source for c in nb.cells][2:] == ["def _h(x): ...", "P", "chk.test_softmax_rows(softmax)"]
 
 
@@ -316,7 +316,7 @@ def test_exercise_names_that_prefix_others_get_their_own_place():
     nb = _nb(("class EncoderLayer: ...", _sol("EncoderLayer")),
              ("t", _test("test_EncoderLayer_structure")),
              ("class Encoder: ...", _sol("Encoder")), ("t2", _test("test_Encoder_structure")))
-    made = runner.insert_probes(nb, [{"exercise": "Encoder", "source": "PE"},
+    made = sandbox_runner.insert_probes(nb, [{"exercise": "Encoder", "source": "PE"},
                                      {"exercise": "EncoderLayer", "source": "PL"}])
     assert [c.source for c in nb.cells] == ["class EncoderLayer: ...", "PL", "t",
                                             "class Encoder: ...", "PE", "t2"]
@@ -330,7 +330,7 @@ def test_each_probe_sits_right_before_its_exercises_first_test_cell(assignment):
     the first graded test cell its probes back."""
     nb = read(NOTEBOOKS / f"{assignment}.ipynb")
     cells = [dict(c, source=f"PROBE {c['exercise']}") for c in verdict.probe_cells(assignment, 1)]
-    made = runner.insert_probes(nb, cells)
+    made = sandbox_runner.insert_probes(nb, cells)
     assert len(made) == len(cells)
     gid = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
     for ex in engine.specs_for(assignment):

@@ -1,4 +1,4 @@
-"""The reference package is generated from the solution cells (tfsgrade.export): current,
+"""The reference package is generated from the solution cells (tfsgrade.reference_writer): current,
 one definition per exercise, a hand edit caught by `make check`, bad sources refused."""
 import ast
 import importlib
@@ -9,13 +9,13 @@ import textwrap
 import pytest
 
 from nbtools import REPO
-from tfsgrade import build, cli, course, export, manifest
+from tfsgrade import build, cli, course, manifest, reference_writer
 
 REFERENCE = REPO / "helpers" / "tfscratch" / "reference"
 
 
 def test_reference_is_current():
-    assert export.stale(course.SOURCES, REFERENCE) == []
+    assert reference_writer.stale(course.SOURCES, REFERENCE) == []
 
 
 def test_every_reference_file_is_generated():
@@ -28,15 +28,15 @@ def test_a_hand_edit_is_caught(tmp_path):
     shutil.copytree(REFERENCE, copy)
     p = copy / "masks.py"
     p.write_text(p.read_text().replace("return pad & causal", "return pad | causal"))
-    problems = export.stale(course.SOURCES, copy)
+    problems = reference_writer.stale(course.SOURCES, copy)
     assert len(problems) == 1 and "masks.py differs from its source" in problems[0], problems
     (copy / "extra.py").write_text("def helper():\n    pass\n")
     (copy / "norm.py").unlink()
-    problems = export.stale(course.SOURCES, copy)
+    problems = reference_writer.stale(course.SOURCES, copy)
     assert any("extra.py is not generated" in x and "default_exp extra" in x for x in problems)
     assert any("norm.py is missing" in x for x in problems)
-    export.write(course.SOURCES, copy)  # what `make release` does: regenerates, keeps extra.py
-    assert [x for x in export.stale(course.SOURCES, copy)] == [
+    reference_writer.write(course.SOURCES, copy)  # what `make release` does: regenerates, keeps extra.py
+    assert [x for x in reference_writer.stale(course.SOURCES, copy)] == [
         x for x in problems if "extra.py" in x]
 
 
@@ -49,7 +49,7 @@ def test_make_check_reports_a_stale_reference(monkeypatch, tmp_path):
 
 
 def _strip(src: str) -> str:
-    return export.SOLUTION_MARKER.sub("", src).strip("\n")
+    return reference_writer.SOLUTION_MARKER.sub("", src).strip("\n")
 
 
 def test_one_definition_per_exercise():
@@ -121,7 +121,7 @@ def test_export_resolves_imports_and_names(tmp_path):
         def quadruple(x):
             return double(double(x))
     """})
-    files = export.render(src)
+    files = reference_writer.render(src)
     assert set(files) == {"first.py", "second.py", "__init__.py"}
     first = files["first.py"]
     assert "import math\n\nimport torch\n" in first and "plots" not in first and "chk" not in first
@@ -207,7 +207,7 @@ def test_export_resolves_imports_and_names(tmp_path):
 def test_export_refuses_bad_sources(tmp_path, sources, error):
     src = _course(tmp_path, sources)
     with pytest.raises(build.SourceError, match=error):
-        export.render(src)
+        reference_writer.render(src)
 
 
 def test_noexport_keeps_a_cell_in_the_notebook_only(tmp_path):
@@ -220,7 +220,7 @@ def test_noexport_keeps_a_cell_in_the_notebook_only(tmp_path):
         def g(x):
             return x
     """})
-    assert '__all__ = ["g"]' in export.render(src)["a.py"]
+    assert '__all__ = ["g"]' in reference_writer.render(src)["a.py"]
     nb = build.build_notebook(src / "01_a.py")
     ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
     assert [i for i in ids if i] == ["f", "g"]  # (build appends an ungraded progress cell)

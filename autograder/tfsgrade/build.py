@@ -14,7 +14,7 @@ A source `solutions/src/NN_name.py` is a Python file split into cells by `# %%` 
                                       (tfsgrade.demos); use it for a side effect that later
                                       cells rely on without naming it
 
-Exporting to the reference package (`tfsgrade.export`, run by `make release`):
+Exporting to the reference package (`tfsgrade.reference_writer`, run by `make release`):
 
     #| default_exp attention          first line(s) of the file, before any cell: the module
                                       helpers/tfscratch/reference/attention.py that this

@@ -1,7 +1,7 @@
 """tfs-grade: the instructor's command.
 
     tfs-grade build                 solutions/src/*.py -> solutions/*.ipynb and the reference
-                                    package helpers/tfscratch/reference/ (tfsgrade.export)
+                                    package helpers/tfscratch/reference/ (tfsgrade.reference_writer)
     tfs-grade release               build, then nbgrader generate_assignment -> notebooks/
               [--student-bundle OUT --closed N]  and what a class receives (tfsgrade.bundle)
     tfs-grade check                 fail if solutions/, notebooks/ or the reference are stale
@@ -25,13 +25,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import build, course, export
+from . import build, course, reference_writer
 
 
 def build_sources(log=print) -> list[Path]:
     """solutions/src/*.py -> solutions/*.ipynb and helpers/tfscratch/reference/*.py."""
     written = build.build_all(course.SOURCES, course.SOLUTIONS)
-    written += export.write(course.SOURCES, course.REFERENCE)
+    written += reference_writer.write(course.SOURCES, course.REFERENCE)
     written += _stored("write")
     for p in written:
         log(f"built {p.relative_to(course.REPO)}")
@@ -73,7 +73,7 @@ def release(out_dir: Path = course.NOTEBOOKS, names=None, log=print) -> list[Pat
 def stale(notebooks: bool = True) -> list[str]:
     """Names of generated files that differ from what the sources give now. notebooks=False
     skips notebooks/ (the one check that needs nbgrader, ~30 s)."""
-    problems = export.stale(course.SOURCES, course.REFERENCE)
+    problems = reference_writer.stale(course.SOURCES, course.REFERENCE)
     if not problems:                    # the expectations come from a current reference
         problems += _stored("check")
     with tempfile.TemporaryDirectory() as tmp:
@@ -251,13 +251,13 @@ def _cmd_grade(a) -> int:
 
 
 def _cmd_export(a) -> int:
-    from . import exports, lms, term
+    from . import lms, lms_export, term
     from .manual import export
     if not (a.out / "record.json").exists():
         raise SystemExit(f"{a.out / 'record.json'} not found: grade the class first (tfs-grade grade)")
     try:
         if a.roster or a.id_field:   # kept in OUT: every later export uses them
-            exports.split_id_fields(a.id_field)
+            lms_export.split_id_fields(a.id_field)
             roster = lms.Roster.load(a.roster) if a.roster else lms.saved_roster(a.out)
             lms.save(a.out, roster=roster, id_fields=a.id_field,
                      given=bool(a.roster) or lms.saved_settings(a.out).get("roster_given", False))

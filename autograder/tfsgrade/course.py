@@ -35,7 +35,7 @@ def nbgrader_env() -> dict:
 
 
 EXECUTED_ELSEWHERE = """
-# Grading run: the notebooks were executed in the sandbox (tfsgrade.runner); nbgrader's
+# Grading run: the notebooks were executed in the sandbox (tfsgrade.sandbox_runner); nbgrader's
 # own preprocessors still restore locked cells, score, and write the gradebook, but the
 # outputs are kept (no ClearOutput) and nothing executes here (no Execute).
 from nbgrader.preprocessors import (DeduplicateIds, OverwriteKernelspec, OverwriteCells,

@@ -11,7 +11,7 @@ A cell is left out only when all of these hold:
 A cell whose code cannot be parsed, or a cell magic, may read anything: every demonstration
 above it runs.
 
-What is left out runs nowhere; its only output is a line saying so (tfsgrade.runner).
+What is left out runs nowhere; its only output is a line saying so (tfsgrade.sandbox_runner).
 Nothing graded depends on it: the round trip proves that for the course (every solution
 notebook keeps full marks with its demonstrations left out); `tfs-grade --run-demos` runs
 everything.

@@ -23,7 +23,7 @@ from functools import lru_cache
 
 from .sandbox import execute_task
 
-VERSION = "9"   # bump when the runner's behaviour changes: invalidates cached results
+VERSION = "10"   # bump when the runner's behaviour changes: invalidates cached results
 
 
 def _key(it, s) -> str:

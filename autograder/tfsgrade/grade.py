@@ -2,7 +2,7 @@
 
     intake     folder or zip -> one Item per (student, notebook)      tfsgrade.intake
     normalise  repair metadata, restore test cells from the source     tfsgrade.normalise
-    run        execute each notebook in a sandbox, in parallel (Dask)  tfsgrade.run/.sandbox
+    run        execute each notebook in a sandbox, in parallel (Dask)  tfsgrade.dispatch/.sandbox
     merge      score with nbgrader into the term's gradebook; judges;   tfsgrade.merge/.hand
                hand grades kept, answers changed since flagged
     outputs    from the gradebook and the record: grades.csv, nbgrader  tfsgrade.record/.outputs
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import course, intake, judges, merge, normalise, outputs, record, run, term
+from . import course, dispatch, intake, judges, merge, normalise, outputs, record, term
 from .intake import Item  # noqa: F401  (re-exported: scripts and tests import it from here)
 from .settings import Settings
 
@@ -34,7 +34,7 @@ def grade(submissions: Path, out: Path, *, names: list[str] | None = None, term_
     s = Settings.build(out, names=names, **options)
     _require_sandbox(s)
     with record.writing(s.out), tempfile.TemporaryDirectory(prefix="tfs-grade-") as work, \
-            run.workers(s):
+            dispatch.workers(s):
         try:
             term.configure(s.out, **(term_options or {}))
         except (ValueError, OSError) as e:
@@ -48,7 +48,7 @@ def grade(submissions: Path, out: Path, *, names: list[str] | None = None, term_
         _timed(s, "course", lambda: merge.term_course(s))
         items = intake.collect(root_in, list(s.names), intake=got)
         _timed(s, "normalise", lambda: normalise_all(items, s))
-        _timed(s, "run", lambda: run.run_all(items, s))
+        _timed(s, "run", lambda: dispatch.run_all(items, s))
         _timed(s, "merge", lambda: merge.merge(items, s))
         judges.clean_autograded(items, s)  # no hidden tests, no endless output, no active content
         record.update(s.out, items, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

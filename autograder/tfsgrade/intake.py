@@ -100,7 +100,7 @@ def prepare(root_in: Path, work: Path, *, out: Path | None = None, roster=None,
     note every file's fate. `roster`: a path, a tfsgrade.lms.Roster, or None (then the roster
     given to an earlier run into `out`, if any). Writes OUT/submissions.csv (one row per file),
     OUT/roster.csv and OUT/lms.json (what the Canvas/Moodle exports read)."""
-    from .exports import split_id_fields
+    from .lms_export import split_id_fields
     try:   # a wrong --id-field or roster stops the run before anything is graded
         split_id_fields(id_fields)
         given = roster is not None

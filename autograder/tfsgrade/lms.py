@@ -324,7 +324,7 @@ class Roster:
 
     def for_exports(self) -> dict[str, dict]:
         """{student id: {name, id, sis_user_id, sis_login_id, section, idnumber, email,
-        username}}: what tfsgrade.exports reads."""
+        username}}: what tfsgrade.lms_export reads."""
         return {r["student_id"]: {"name": r.get("name", ""), "id": r.get("canvas_id", ""),
                                   "sis_user_id": r.get("sis_user_id", ""),
                                   "sis_login_id": r.get("sis_login_id", ""),

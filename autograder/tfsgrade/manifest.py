@@ -23,7 +23,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import build, export, paths
+from . import build, paths, reference_writer
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def _reference_imports(cells) -> tuple[str, ...]:
             continue
         code = "\n".join(ln for ln in c.source.splitlines() if not ln.lstrip().startswith(("%", "!")))
         for node in ast.parse(code).body:
-            if isinstance(node, ast.ImportFrom) and node.module == export.PACKAGE:
+            if isinstance(node, ast.ImportFrom) and node.module == reference_writer.PACKAGE:
                 names += [a.name for a in node.names]
     return tuple(names)
 
@@ -136,7 +136,7 @@ def read_notebook(src: Path, earlier: tuple[str, ...] = ()) -> Notebook:
     text = src.read_text(encoding="utf-8")
     rel = f"solutions/src/{src.name}"
     cells = build.parse_cells(text, rel)
-    ex = export.collect(src)
+    ex = reference_writer.collect(src)
     forbid = build.directives(text, rel)["forbid"]
     exercises, current = [], None
     for c in cells:
@@ -153,7 +153,7 @@ def read_notebook(src: Path, earlier: tuple[str, ...] = ()) -> Notebook:
         raise build.SourceError(f"{rel}: `#| forbid` names no exercise of this notebook: "
                                 f"{sorted(unknown)}")
     return Notebook(
-        name=src.stem, title=export._title(cells), source=rel,
+        name=src.stem, title=reference_writer._title(cells), source=rel,
         module=ex.module if ex else None, exports=tuple(ex.names) if ex else (),
         setup_ids=tuple(c.grade_id for c in cells if c.kind == "setup"),
         exercises=tuple(Exercise(n, tuple(t), x, forbid.get(n, ())) for n, t, x in exercises),

@@ -4,7 +4,7 @@ grading run and `tfs-grade export` call. No output can disagree with another:
 
     grades.csv              one row per student (the columns scripts rely on first)
     nbgrader_export.csv     nbgrader's own export (raw score, late penalty, score, times)
-    canvas_grades.csv, moodle_grades.csv    the LMS imports (tfsgrade.exports)
+    canvas_grades.csv, moodle_grades.csv    the LMS imports (tfsgrade.lms_export)
     report.md / report.html the class report (tfsgrade.report)
     manual_review.md        the free-text answers waiting for a grader (tfsgrade.manual)
     feedback/<student>/<notebook>.html      nbgrader's feedback, and a page for a submission
@@ -179,7 +179,7 @@ def _max_of(marks, a) -> float:
 def _lms(out, items, names, marks, log) -> dict:
     """The LMS files: a notebook still waiting for a grader is left empty (the LMS keeps what
     it has), never sent as a partial score."""
-    from .exports import write_exports
+    from .lms_export import write_exports
     rows, held = [], 0
     for st in sorted({it.student for it in items}):
         row = {"student_id": st}

@@ -40,8 +40,8 @@ import time
 import uuid
 from pathlib import Path
 
-RUNNER = Path(__file__).with_name("runner.py")
-INSIDE_RUNNER = "/opt/tfsgrade/runner.py"
+RUNNER = Path(__file__).with_name("sandbox_runner.py")
+INSIDE_RUNNER = "/opt/tfsgrade/sandbox_runner.py"
 INSIDE_WORK = "/submission"
 NOBODY = 65534
 SCRATCH_MB = 512       # size of each tmpfs the sandbox may write (scratch, /tmp, HOME)

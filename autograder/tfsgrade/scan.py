@@ -681,7 +681,7 @@ class _Cell(ast.NodeVisitor):
             return self.fold(node.args[0])
         if fpath == "IPython.get_ipython":
             return "IPython.shell"
-        if fpath in ("tfscratch.checks.notebook", "tfscratch.checks.runner.notebook"):
+        if fpath in ("tfscratch.checks.notebook", "tfscratch.checks.kernel.notebook"):
             return "tfscratch.checks"      # chk = checks.notebook("NN"): the course's checks
         if fpath == "builtins.globals":
             return "builtins.globals()"

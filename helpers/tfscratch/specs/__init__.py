@@ -3,5 +3,5 @@ table's columns and `../README.md` ("Adding an exercise's spec") for how to add 
 
 `vm.py` is the probe machine that runs a plan inside the student's kernel; `engine.py` builds
 plans and judges: in the grader (the coordinator, against the reference, on each submission's
-own seed) and in the kernel (tfscratch.checks.runner, against the stored expectations of the
+own seed) and in the kernel (tfscratch.checks.kernel, against the stored expectations of the
 public seed: no reference needed, none shipped for an open notebook)."""

@@ -2,7 +2,7 @@
 of every exercise on the public seed, written by `make release` to `tfscratch/expected/` and
 guarded by `make check` like the reference export.
 
-The checks a student runs in the kernel (`chk.<grade_id>(obj)`, checks/runner.py) judge the
+The checks a student runs in the kernel (`chk.<grade_id>(obj)`, checks/kernel.py) judge the
 public seed's captures against these files, so the kernel never needs the graded notebook's
 reference: a grading sandbox and a class's student bundle do not hold it (issue 26). The
 files are an answer key for the public inputs only; the grade is decided on other inputs,
