@@ -168,3 +168,19 @@ def test_no_import_circle_in_the_grader():
     assert _cycle(graph) is None, f"import circle: {' -> '.join(_cycle(graph))}"
     assert graph["paths"] == set()
     assert _cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]      # the check can fail
+
+
+def test_no_function_over_60_lines():
+    """Issue 28: a function of the grader or the helpers fits on a screen (the generated
+    reference is the solutions' code and is left out)."""
+    long = []
+    for folder in ("autograder", "helpers"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if "reference" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    n = node.end_lineno - node.lineno + 1
+                    if n > 60:
+                        long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, "split these:\n" + "\n".join(long)

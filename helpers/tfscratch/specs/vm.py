@@ -991,82 +991,11 @@ def run_probe(probe: dict, target, tensors: dict, namespace: dict,
         guard.start()
     try:
         seed(probe.get("seed", 0))
-        obj = target
-        if probe.get("make") is not None:
-            mk = probe["make"]
-            obj = target(*ctx.value(mk.get("args", [])), **ctx.value(mk.get("kwargs", {})))
-        if probe.get("load"):
-            _load(obj, {k: ctx.value(v) for k, v in probe["load"].items()})
-        if probe.get("mode") in ("train", "eval"):
-            obj.train(probe["mode"] == "train")
+        obj = _prepare(probe, target, ctx)
         with torch.set_grad_enabled(True):
             for ci, call in enumerate(probe.get("calls", [])):
-                key = f"{p}.{ci}"
-                method = call.get("method")
-                fn = (obj if method is None else getattr(obj, method) if not method.startswith("@")
-                      else (lambda *a, _d=DRIVERS[method[1:]], **k: _d(obj, *a, **k)))
-                grads = set(call.get("grad", []))
-                args = [ctx.value(a, want_grad=i in grads) for i, a in enumerate(call.get("args", []))]
-                kwargs = {k: ctx.value(v, want_grad=k in grads) for k, v in call.get("kwargs", {}).items()}
-                seed(probe.get("seed", 0) + 1 + ci)
-                if call.get("raises"):
-                    try:
-                        fn(*args, **kwargs)
-                        caps[f"{key}.raised"] = np.asarray(False)
-                    except KeyboardInterrupt:
-                        raise
-                    except Exception as e:  # noqa: BLE001 - any exception type counts
-                        caps[f"{key}.raised"] = np.asarray(True)
-                        meta[f"{key}.raised"] = _error(e)
-                    continue
-                if call.get("shapes"):
-                    rec = _Shapes()
-                    with rec.mode:
-                        out = fn(*args, **kwargs)
-                    caps[f"{key}.shapes"] = rec.array()
-                    caps[f"{key}.reduced"] = np.asarray(rec.reduced, dtype=np.int64)
-                elif call.get("memory_limit"):
-                    # the growth past the call's allowance, or 0 (the reference's: always 0,
-                    # so what is stored and compared does not depend on the machine)
-                    out, grew = _measured(fn, args, kwargs)
-                    caps[f"{key}.memory"] = np.asarray(
-                        grew if grew > call["memory_limit"] else 0, dtype=np.int64)
-                else:
-                    out = fn(*args, **kwargs)
-                if call.get("take") is not None:   # an iterator: its first `take` items (0: all)
-                    items = []
-                    for item in out:
-                        items.append(item)
-                        if call["take"] and len(items) >= call["take"]:
-                            break
-                    out = items
-                ctx.outs[ci] = out
-                _capture(out, f"{key}.out", caps, meta)
-                for i in call.get("keep", []):     # arguments updated in place (running stats)
-                    a = kwargs.get(i) if isinstance(i, str) else args[i]
-                    if isinstance(a, torch.Tensor):
-                        caps[f"{key}.arg.{i}"] = _np(a)
-                if call.get("backward") is not None:
-                    y = _get(out, call.get("backward_of", ""))
-                    y.backward(ctx.value(call["backward"]))
-                    for i, a in enumerate(args):
-                        if i in grads and a.grad is not None:
-                            caps[f"{key}.grad.{i}"] = _np(a.grad)
-                    for k, a in kwargs.items():
-                        if k in grads and a.grad is not None:
-                            caps[f"{key}.grad.{k}"] = _np(a.grad)
-        for name in probe.get("after", []):
-            try:
-                _capture(_get_attr(obj, name), f"{p}.after.{name}", caps, meta)
-            except AttributeError as e:
-                meta[f"{p}.after.{name}"] = f"missing: {e}"
-        if probe.get("params"):
-            named = list(obj.named_parameters(remove_duplicate=False))  # aliases under every name
-            meta[f"{p}.params"] = [[n, list(t.shape)] for n, t in named]
-            meta[f"{p}.param_ids"] = len({id(t) for _, t in named})
-            for n, t in named:
-                if t.grad is not None and probe.get("param_grads"):
-                    caps[f"{p}.pgrad.{n}"] = _np(t.grad)
+                _run_call(probe, obj, ci, call, ctx, caps, meta)
+        _after(probe, obj, caps, meta)
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - SystemExit too: the student's code ends here
@@ -1077,6 +1006,95 @@ def run_probe(probe: dict, target, tensors: dict, namespace: dict,
     if why:                     # a shortcut the code caught, a thread's, or a changed guard
         meta[f"{p}.error"] = why
     return caps, meta
+
+
+def _prepare(probe: dict, target, ctx: "_Ctx"):
+    """The object the calls go to: `target`, or what it makes; weights loaded, mode set."""
+    obj = target
+    if probe.get("make") is not None:
+        mk = probe["make"]
+        obj = target(*ctx.value(mk.get("args", [])), **ctx.value(mk.get("kwargs", {})))
+    if probe.get("load"):
+        _load(obj, {k: ctx.value(v) for k, v in probe["load"].items()})
+    if probe.get("mode") in ("train", "eval"):
+        obj.train(probe["mode"] == "train")
+    return obj
+
+
+def _invoke(call: dict, fn, args, kwargs, key: str, caps: dict):
+    """The call itself: plain, with its tensors' shapes recorded, or its memory measured."""
+    if call.get("shapes"):
+        rec = _Shapes()
+        with rec.mode:
+            out = fn(*args, **kwargs)
+        caps[f"{key}.shapes"] = rec.array()
+        caps[f"{key}.reduced"] = np.asarray(rec.reduced, dtype=np.int64)
+        return out
+    if call.get("memory_limit"):
+        # the growth past the call's allowance, or 0 (the reference's: always 0, so what is
+        # stored and compared does not depend on the machine)
+        out, grew = _measured(fn, args, kwargs)
+        caps[f"{key}.memory"] = np.asarray(grew if grew > call["memory_limit"] else 0, dtype=np.int64)
+        return out
+    return fn(*args, **kwargs)
+
+
+def _run_call(probe: dict, obj, ci: int, call: dict, ctx: "_Ctx", caps: dict, meta: dict):
+    key = f"{probe['name']}.{ci}"
+    method = call.get("method")
+    fn = (obj if method is None else getattr(obj, method) if not method.startswith("@")
+          else (lambda *a, _d=DRIVERS[method[1:]], **k: _d(obj, *a, **k)))
+    grads = set(call.get("grad", []))
+    args = [ctx.value(a, want_grad=i in grads) for i, a in enumerate(call.get("args", []))]
+    kwargs = {k: ctx.value(v, want_grad=k in grads) for k, v in call.get("kwargs", {}).items()}
+    seed(probe.get("seed", 0) + 1 + ci)
+    if call.get("raises"):
+        try:
+            fn(*args, **kwargs)
+            caps[f"{key}.raised"] = np.asarray(False)
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # noqa: BLE001 - any exception type counts
+            caps[f"{key}.raised"] = np.asarray(True)
+            meta[f"{key}.raised"] = _error(e)
+        return
+    out = _invoke(call, fn, args, kwargs, key, caps)
+    if call.get("take") is not None:   # an iterator: its first `take` items (0: all)
+        items = []
+        for item in out:
+            items.append(item)
+            if call["take"] and len(items) >= call["take"]:
+                break
+        out = items
+    ctx.outs[ci] = out
+    _capture(out, f"{key}.out", caps, meta)
+    for i in call.get("keep", []):     # arguments updated in place (running stats)
+        a = kwargs.get(i) if isinstance(i, str) else args[i]
+        if isinstance(a, torch.Tensor):
+            caps[f"{key}.arg.{i}"] = _np(a)
+    if call.get("backward") is not None:
+        y = _get(out, call.get("backward_of", ""))
+        y.backward(ctx.value(call["backward"]))
+        for name, a in list(enumerate(args)) + list(kwargs.items()):
+            if name in grads and a.grad is not None:
+                caps[f"{key}.grad.{name}"] = _np(a.grad)
+
+
+def _after(probe: dict, obj, caps: dict, meta: dict):
+    """What the probe reads from the object after its calls: attributes, parameters, grads."""
+    p = probe["name"]
+    for name in probe.get("after", []):
+        try:
+            _capture(_get_attr(obj, name), f"{p}.after.{name}", caps, meta)
+        except AttributeError as e:
+            meta[f"{p}.after.{name}"] = f"missing: {e}"
+    if probe.get("params"):
+        named = list(obj.named_parameters(remove_duplicate=False))  # aliases under every name
+        meta[f"{p}.params"] = [[n, list(t.shape)] for n, t in named]
+        meta[f"{p}.param_ids"] = len({id(t) for _, t in named})
+        for n, t in named:
+            if t.grad is not None and probe.get("param_grads"):
+                caps[f"{p}.pgrad.{n}"] = _np(t.grad)
 
 
 last_exception = None
