@@ -1,0 +1,258 @@
+"""The scan's rules, as tables (a table to extend): the shortcut groups each exercise forbids
+(`GROUPS`, `EXERCISE_GROUPS`), what is flagged for review (`_DANGER`, the IPython hooks and
+magics), and the patterns the visitor in tfsgrade.scan uses. Imports nothing of tfsgrade."""
+from __future__ import annotations
+
+import re
+
+CERTAIN = "certain"
+REVIEW = "review"
+
+# --------------------------------------------------------------------------- the shortcut table
+# Leaf names (the last part of a dotted path, or the operator of torch.ops.<ns>.<op>) that count
+# as the built-in of a group, wherever the path starts (torch, torch._C, torch.ops.aten, scipy,
+# the course's own package...). A superset of tfscratch.checks.core.SHORTCUTS, which a test keeps
+# in step.
+GROUPS: dict[str, dict] = {
+    "softmax": dict(
+        label="torch.softmax / F.softmax / Tensor.softmax / nn.Softmax (and softmin, log_softmax)",
+        leaves={"softmax", "_softmax", "special_softmax", "log_softmax", "_log_softmax",
+                "softmin", "Softmax", "Softmax2d", "LogSoftmax", "Softmin", "_safe_softmax",
+                "_masked_softmax", "_sparse_softmax", "_sparse_log_softmax"},
+        tensor_methods={"softmax", "log_softmax"},
+        review={"gumbel_softmax", "Categorical", "OneHotCategorical", "logits_to_probs",
+                "RelaxedOneHotCategorical"}),
+    "attention": dict(
+        label="F.scaled_dot_product_attention / nn.MultiheadAttention / F.multi_head_attention_forward",
+        leaves={"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+                "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+                "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+                "_scaled_dot_product_fused_attention_overrideable", "_fused_sdp_choice",
+                "flex_attention", "_flash_attention_forward", "_efficient_attention_forward",
+                "multi_head_attention_forward", "_native_multi_head_attention",
+                "MultiheadAttention", "flash_attn_func", "flash_attn_qkvpacked_func",
+                "memory_efficient_attention", "_transformer_encoder_layer_fwd"},
+        tensor_methods=set(), review=set()),
+    "layer_norm": dict(
+        label="F.layer_norm / nn.LayerNorm / torch.layer_norm (and group/instance/rms norm)",
+        leaves={"layer_norm", "native_layer_norm", "LayerNorm", "group_norm", "native_group_norm",
+                "GroupNorm", "rms_norm", "_fused_rms_norm", "RMSNorm", "instance_norm",
+                "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"},
+        tensor_methods=set(), review=set()),
+    "batch_norm": dict(
+        label="F.batch_norm / nn.BatchNorm1d / torch.batch_norm (and instance norm)",
+        leaves={"batch_norm", "native_batch_norm", "_native_batch_norm_legit",
+                "_native_batch_norm_legit_no_training", "_native_batch_norm_legit_functional",
+                "_batch_norm_impl_index", "_batch_norm_with_update", "_batch_norm_no_update",
+                "cudnn_batch_norm", "miopen_batch_norm", "batch_norm_stats", "batch_norm_elemt",
+                "batch_norm_gather_stats", "batch_norm_gather_stats_with_counts",
+                "batch_norm_update_stats", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
+                "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "SyncBatchNorm",
+                "instance_norm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
+                "_BatchNorm", "_NormBase", "_InstanceNorm", "_LazyNormBase"},
+        tensor_methods=set(), review=set()),
+    "rms_norm": dict(
+        label="F.rms_norm / nn.RMSNorm",
+        leaves={"rms_norm", "_fused_rms_norm", "RMSNorm"}, tensor_methods=set(), review=set()),
+    "transformer": dict(
+        label="PyTorch's nn.Transformer* classes",
+        leaves={"Transformer", "TransformerEncoder", "TransformerDecoder",
+                "TransformerEncoderLayer", "TransformerDecoderLayer",
+                "_transformer_encoder_layer_fwd"},
+        tensor_methods=set(), review=set()),
+    # 12's exercises share their names with PyTorch's (a student's own class `AdamW`, a function
+    # `clip_grad_norm`): these groups count only paths that start at one of their `roots`.
+    "adamw": dict(
+        label="torch.optim.AdamW / torch.optim.Adam (and their functional forms)",
+        leaves={"AdamW", "Adam", "adamw", "adam", "_single_tensor_adamw", "_multi_tensor_adamw",
+                "_fused_adamw", "_fused_adamw_", "_single_tensor_adam", "_multi_tensor_adam",
+                "_fused_adam", "_fused_adam_", "SparseAdam", "Adamax", "NAdam", "RAdam"},
+        roots=("torch",), tensor_methods=set(), review=set()),
+    "clip_grad": dict(
+        label="torch.nn.utils.clip_grad_norm_ (and its norm helpers)",
+        leaves={"clip_grad_norm_", "clip_grad_norm", "clip_grads_with_norm_",
+                "_clip_grads_with_norm_", "get_total_norm", "_get_total_norm"},
+        roots=("torch",), tensor_methods=set(), review=set()),
+    "lr_scheduler": dict(
+        label="torch.optim.lr_scheduler",
+        leaves={"lr_scheduler", "LambdaLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts",
+                "LinearLR", "SequentialLR", "OneCycleLR", "MultiplicativeLR", "LRScheduler",
+                "ChainedScheduler", "PolynomialLR"},
+        modules={"lr_scheduler"}, roots=("torch",), tensor_methods=set(), review=set()),
+    # label_smoothing is a call rule (cross_entropy with label_smoothing=...), see _check_call.
+    "label_smoothing": dict(label="F.cross_entropy(..., label_smoothing=...)", leaves=set(),
+                            tensor_methods=set(), review=set()),
+}
+
+# Exercise (solution cell grade_id) -> the groups forbidden inside it. Keyed by name: the names
+# are fixed by COURSE_SPEC section 3 and mean the same thing wherever they appear.
+EXERCISE_GROUPS: dict[str, tuple[str, ...]] = {
+    "softmax": ("softmax",),
+    "online_softmax": ("softmax",),
+    "scaled_dot_product_attention": ("attention",),
+    "MultiHeadAttention": ("attention",),
+    "CausalSelfAttention": ("attention",),
+    "GroupedQueryAttention": ("attention",),
+    "flash_attention": ("attention",),
+    "DecoderOnlyLM": ("attention", "transformer"),
+    "ModernDecoderLM": ("attention", "transformer"),
+    "layer_norm": ("layer_norm",),
+    "LayerNorm": ("layer_norm",),
+    "batch_norm": ("batch_norm",),
+    "BatchNorm": ("batch_norm",),
+    "rms_norm": ("rms_norm",),
+    "RMSNorm": ("rms_norm",),
+    "FeedForward": ("transformer",),
+    "EncoderLayer": ("transformer",),
+    "DecoderLayer": ("transformer",),
+    "Encoder": ("transformer",),
+    "Decoder": ("transformer",),
+    "Transformer": ("transformer",),
+    "label_smoothing_cross_entropy": ("label_smoothing",),
+    "AdamW": ("adamw",),
+    "clip_grad_norm": ("clip_grad",),
+    "cosine_schedule": ("lr_scheduler",),
+}
+
+_ATTR_CALLS = ("builtins.getattr", "builtins.hasattr", "inspect.getattr_static",
+               "builtins.setattr", "builtins.delattr")
+_EXEC_CALLS = ("builtins.exec", "builtins.eval", "builtins.compile",
+               "IPython.shell.run_cell", "IPython.shell.ex", "IPython.shell.ev")
+_OPEN_CALLS = ("builtins.open", "io.open", "os.open", "codecs.open")
+
+_CE_LEAVES = {"cross_entropy", "CrossEntropyLoss", "cross_entropy_loss"}
+# position of label_smoothing among the positional parameters
+_CE_LS_POS = {"cross_entropy": 7, "cross_entropy_loss": 5, "CrossEntropyLoss": 5}
+
+# --------------------------------------------------------------------------- review-only rules
+# (prefix of a resolved dotted path, kind, message). The first match wins.
+_DANGER: list[tuple[str, str, str]] = [
+    ("subprocess", "subprocess", "starts a subprocess"),
+    ("os.system", "subprocess", "runs a shell command"),
+    ("os.popen", "subprocess", "runs a shell command"),
+    ("os.spawn", "subprocess", "starts a process"),
+    ("os.exec", "subprocess", "replaces the process"),
+    ("os.fork", "subprocess", "forks the process"),
+    ("os.posix_spawn", "subprocess", "starts a process"),
+    ("os.kill", "subprocess", "sends a signal"),
+    ("os.killpg", "subprocess", "sends a signal"),
+    ("pty", "subprocess", "opens a pseudo-terminal"),
+    ("multiprocessing", "subprocess", "starts processes"),
+    ("concurrent.futures.ProcessPoolExecutor", "subprocess", "starts processes"),
+    ("signal", "subprocess", "installs signal handlers"),
+    ("socket", "network", "opens a socket"),
+    ("ssl", "network", "uses the network"),
+    ("urllib", "network", "uses the network"),
+    ("http", "network", "uses the network"),
+    ("requests", "network", "uses the network"),
+    ("httpx", "network", "uses the network"),
+    ("aiohttp", "network", "uses the network"),
+    ("ftplib", "network", "uses the network"),
+    ("smtplib", "network", "uses the network"),
+    ("telnetlib", "network", "uses the network"),
+    ("websocket", "network", "uses the network"),
+    ("sqlite3", "database", "opens an SQLite database (the gradebook is one)"),
+    ("sqlalchemy", "database", "opens a database"),
+    ("dbm", "database", "opens a database"),
+    ("shelve", "database", "opens a database"),
+    ("tokenizers", "library", "calls Hugging Face's tokenizers (11 asks for your own BPE)"),
+    ("tiktoken", "library", "calls tiktoken (11 asks for your own BPE)"),
+    ("sentencepiece", "library", "calls sentencepiece (11 asks for your own BPE)"),
+    ("transformers", "library", "calls Hugging Face's transformers"),
+    ("ctypes", "native", "calls native code through ctypes"),
+    ("cffi", "native", "calls native code through cffi"),
+    ("importlib", "import-machinery", "uses importlib"),
+    ("builtins.__import__", "import-machinery", "calls __import__"),
+    ("sys.modules", "import-machinery", "reaches sys.modules"),
+    ("sys.meta_path", "import-machinery", "changes the import system"),
+    ("sys.path_hooks", "import-machinery", "changes the import system"),
+    ("sys.settrace", "introspection", "installs a trace function"),
+    ("sys.setprofile", "introspection", "installs a profile function"),
+    ("sys._getframe", "introspection", "reads the caller's frames"),
+    ("sys.excepthook", "ipython-hook", "reaches the exception hook"),
+    ("sys.displayhook", "ipython-hook", "reaches the display hook"),
+    ("threading.settrace", "introspection", "installs a trace function"),
+    ("inspect.currentframe", "introspection", "reads the caller's frames"),
+    ("inspect.stack", "introspection", "reads the caller's frames"),
+    ("inspect.getouterframes", "introspection", "reads the caller's frames"),
+    ("inspect.getattr_static", "introspection", "looks attributes up dynamically"),
+    ("gc.get_objects", "introspection", "searches the interpreter's objects"),
+    ("gc.get_referrers", "introspection", "searches the interpreter's objects"),
+    ("gc.get_referents", "introspection", "searches the interpreter's objects"),
+    ("builtins.exec", "dynamic-code", "runs code from a string (exec)"),
+    ("builtins.eval", "dynamic-code", "runs code from a string (eval)"),
+    ("builtins.compile", "dynamic-code", "compiles code from a string"),
+    ("builtins.globals", "dynamic-code", "reaches globals()"),
+    ("marshal", "dynamic-code", "loads code objects"),
+    ("types.CodeType", "dynamic-code", "builds code objects"),
+    ("types.FunctionType", "dynamic-code", "builds functions from code objects"),
+    ("code.interact", "dynamic-code", "starts an interpreter"),
+    ("runpy", "dynamic-code", "runs another file"),
+    ("unittest.mock", "tamper", "patches objects with unittest.mock"),
+    ("mock", "tamper", "patches objects with mock"),
+    ("torch.overrides", "torch-function-mode", "reaches torch function modes (the shortcut guard is one)"),
+    ("torch.utils._python_dispatch", "torch-function-mode", "reaches torch dispatch modes"),
+    ("torch.library", "torch-function-mode", "registers operator implementations"),
+    ("torch._C._pop_torch_function_stack", "torch-function-mode", "pops the torch function mode stack (the shortcut guard)"),
+    ("torch._C._push_on_torch_function_stack", "torch-function-mode", "changes the torch function mode stack"),
+    ("torch._C._set_torch_function_mode", "torch-function-mode", "changes the torch function mode"),
+    ("torch._C._len_torch_function_stack", "torch-function-mode", "reads the torch function mode stack"),
+    ("torch._C._get_function_stack_at", "torch-function-mode", "reads the torch function mode stack"),
+    ("torch._C.DisableTorchFunction", "torch-function-mode", "disables torch function modes (the shortcut guard)"),
+    ("torch._C._DisableTorchDispatch", "torch-function-mode", "disables torch dispatch"),
+    ("IPython.core", "ipython-hook", "reaches IPython's internals"),
+    ("IPython.terminal", "ipython-hook", "reaches IPython's internals"),
+    ("ipykernel", "ipython-hook", "reaches the kernel"),
+    ("jupyter_client", "ipython-hook", "reaches the kernel"),
+    ("nbgrader", "course-files", "reaches nbgrader"),
+    ("nbclient", "dynamic-code", "executes notebooks"),
+    ("nbconvert", "dynamic-code", "executes or converts notebooks"),
+    ("os.chdir", "file-access", "changes the working directory"),
+    ("os.listdir", "file-access", "lists directories"),
+    ("os.scandir", "file-access", "lists directories"),
+    ("os.walk", "file-access", "walks directories"),
+    ("os.remove", "file-access", "deletes files"),
+    ("os.unlink", "file-access", "deletes files"),
+    ("os.rename", "file-access", "moves files"),
+    ("os.replace", "file-access", "moves files"),
+    ("os.symlink", "file-access", "creates links"),
+    ("os.getcwd", "file-access", "reads the working directory"),
+    ("os.path.expanduser", "file-access", "reaches the home directory"),
+    ("shutil", "file-access", "copies or deletes files"),
+    ("glob", "file-access", "lists files"),
+    ("pathlib.Path.home", "file-access", "reaches the home directory"),
+    ("pathlib.Path.cwd", "file-access", "reads the working directory"),
+    ("os.environ", "environment", "reaches the environment (NBGRADER_EXECUTION tells grading apart)"),
+    ("os.getenv", "environment", "reads the environment (NBGRADER_EXECUTION tells grading apart)"),
+    ("os.putenv", "environment", "changes the environment"),
+    ("tfscratch.checks.core._Guard", "torch-function-mode", "reaches the shortcut guard"),
+    ("tfscratch.checks.core.no_shortcuts", "torch-function-mode", "reaches the shortcut guard"),
+]
+_DANGER_LEAF = {"CheckFailed": ("tamper", "refers to the checks' failure exception"),
+                "ShortcutUsed": ("tamper", "refers to the shortcut guard's exception")}
+
+# Attribute assignments under these prefixes are ordinary configuration, not tampering.
+_ASSIGN_OK = ("matplotlib", "torch.backends", "numpy.set_printoptions", "pandas.options",
+              "warnings.filters")
+# Attributes of objects that no honest solution sets.
+_HOOK_ATTRS = {"input_transformers_cleanup", "input_transformers_post", "ast_transformers",
+               "custom_exceptions", "CustomTB", "showtraceback", "run_cell", "InteractiveTB",
+               "__code__", "__globals__", "__defaults__", "__kwdefaults__", "__builtins__",
+               "__torch_function__", "__torch_dispatch__"}
+# IPython shell methods an honest notebook uses (magics are checked by name).
+_SHELL_OK = {"run_line_magic", "run_cell_magic"}
+_MAGICS_OK = {"time", "timeit", "matplotlib", "pdb", "debug", "who", "whos", "who_ls",
+              "precision", "prun", "memit", "autoreload", "load_ext", "capture", "xmode",
+              "reset_selective", "config", "pylab", "lsmagic", "magic", "history", "pinfo",
+              "pinfo2", "psearch", "doctest_mode", "colors", "page"}
+_MAGICS_SUBPROCESS = {"system", "sx", "sc", "bash", "sh", "script", "perl", "ruby", "python",
+                      "python2", "python3", "pypy", "sx", "killbgscripts"}
+_MAGICS_FILES = {"run", "load", "writefile", "loadpy", "cd", "pushd", "popd", "bookmark",
+                 "notebook", "save", "edit", "store", "macro", "rerun", "recall"}
+_COURSE_PATH = re.compile(
+    r"(?:^|[/\\])\.\.(?:[/\\]|$)|(?:^|[/\\])(?:source|solutions|submitted|autograded|feedback|"
+    r"release|exchange|notebooks)[/\\]|gradebook|\.ipynb\b|nbgrader|NBGRADER|"
+    r"(?:^|[/\\])helpers[/\\]tfscratch|site-packages|\.pth$|ipython[/\\]profile", re.I)
+_STAR_INTROSPECT = ("torch", "tfscratch", "scipy", "numpy", "math")
+_BUILTINS = {"getattr", "setattr", "delattr", "hasattr", "exec", "eval", "compile", "open",
+             "__import__", "globals", "locals", "vars", "breakpoint", "input", "object", "bytes"}
