@@ -5,6 +5,7 @@
     tfs-grade release               build, then nbgrader generate_assignment -> notebooks/
               [--student-bundle OUT --closed N]  and what a class receives (tfsgrade.bundle)
     tfs-grade check                 fail if solutions/, notebooks/ or the reference are stale
+    tfs-grade new NN_name           a new notebook: its source, spec and catalogue from a template
     tfs-grade manifest              print the course manifest (tfsgrade.manifest) as JSON
     tfs-grade grade SUBMISSIONS     autograde a folder or zip; write grades.csv, feedback, report
     tfs-grade course DIR            make an nbgrader course directory (for the formgrader)
@@ -130,6 +131,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --student-bundle: the first N notebooks are closed (their reference "
                         "is shipped, later notebooks import it); default 0")
     sub.add_parser("check", help="exit 1 if solutions/, notebooks/ or the reference are stale")
+    n = sub.add_parser("new", help="a new notebook from the template: its source, spec and catalogue")
+    n.add_argument("name", help="NN_name, e.g. 13_mixture_of_experts")
+    n.add_argument("--title", help="the notebook's title (default: from the name)")
+    n.add_argument("--module", help="the reference module (default: the name without NN_)")
     sub.add_parser("manifest", help="print the course manifest as JSON")
     _grade_args(sub.add_parser("grade", help="grade a folder or zip of submissions"))
     f = sub.add_parser("formgrader", help="nbgrader's formgrader on a grading folder (hand grading)")
@@ -291,6 +296,19 @@ def _cmd_release_feedback(a) -> int:
     return 0
 
 
+def _cmd_new(a) -> int:
+    from . import scaffold
+    try:
+        written = scaffold.new(a.name, a.title, a.module)
+    except (ValueError, FileExistsError) as e:
+        raise SystemExit(f"tfs-grade new: {e}") from None
+    for p in written:
+        print(f"wrote {p.relative_to(course.REPO)}")
+    print("next: edit the three files, then `make release` (builds, exports the reference, "
+          "stores the checks' expectations, releases the student notebook)")
+    return 0
+
+
 def _cmd_course(a) -> int:
     root = course.make_course(a.dir, course.assignments())
     course.generate(root, course.assignments(), reuse=True)
@@ -301,7 +319,7 @@ def _cmd_course(a) -> int:
 COMMANDS = {"build": _cmd_build, "release": _cmd_release, "check": _cmd_check,
             "manifest": _cmd_manifest, "grade": _cmd_grade, "export": _cmd_export,
             "formgrader": _cmd_formgrader, "release-feedback": _cmd_release_feedback,
-            "course": _cmd_course}
+            "course": _cmd_course, "new": _cmd_new}
 
 
 def main(argv=None):

@@ -180,6 +180,8 @@ def _bwrap_args(scratch: Path | None, package: Path | None = None) -> list[str]:
            "MPLBACKEND": "module://matplotlib_inline.backend_inline", "MPLCONFIGDIR": "/tmp/mpl",
            "IPYTHONDIR": "/home/student/.ipython", "JUPYTER_RUNTIME_DIR": "/tmp/jupyter",
            "JUPYTER_PLATFORM_DIRS": "1", "NBGRADER_EXECUTION": "autograde", "PYTHONDONTWRITEBYTECODE": "1"}
+    if package is not None:    # the package bound above is importable whatever the venv's own
+        env["PYTHONPATH"] = ":".join(str(Path(p).parent) for p in _package_dirs())  # finder says
     for k, v in env.items():
         a += ["--setenv", k, v]
     a += ["--perms", "0777", "--dir", "/home/student"]
