@@ -32,7 +32,7 @@ PROMISES = {
     "shape": "shapes", "shapes": "shapes", "sizes": "shapes", "device": "shapes",
     "structure": "shapes", "parameters": "shapes", "max_len": "shapes",
     "batch_axes": "batch", "batch_invariance": "batch",
-    "flash_attention_memory": "memory",   # 06's `_memory` cells are the encoder's memory: values
+    "flash_attention_memory": "memory", "FlashAttention_memory": "memory",   # 06's `_memory` cells are the encoder's memory: values
 }
 _MEMORY_KEYS = (".shapes", ".reduced", ".memory")
 

@@ -94,6 +94,7 @@ EXERCISE_GROUPS: dict[str, tuple[str, ...]] = {
     "CausalSelfAttention": ("attention",),
     "GroupedQueryAttention": ("attention",),
     "flash_attention": ("attention",),
+    "FlashAttention": ("attention",),
     "DecoderOnlyLM": ("attention", "transformer"),
     "ModernDecoderLM": ("attention", "transformer"),
     "layer_norm": ("layer_norm",),

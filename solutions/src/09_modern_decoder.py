@@ -89,6 +89,13 @@ chk = checks.notebook("09_modern_decoder")  # the graded checks of this notebook
 # `rms_norm(x, weight=None, eps=1e-6)` normalises over the **last** axis of `x` (any number of
 # leading axes), multiplies by `weight` `(d,)` when one is given, and returns a tensor of the
 # same shape and dtype. It must equal `F.rms_norm(x, (d,), weight, eps)`, which you may not call.
+#
+# **Half precision.** For float16 and bfloat16 inputs, compute in float32 inside (upcast `x`,
+# and the weight when there is one) and cast the result back to `x`'s dtype once at the end, as
+# `F.rms_norm` and LLaMA's code do. bfloat16 keeps 8 bits of mantissa: a mean of squares
+# rounded to it, then its inverse square root rounded again, puts errors of several units in
+# the last place into every row; in float16, `x**2` overflows past 256 and underflows below
+# about 0.008 (then eps dominates). float32 and float64 inputs are computed as they are.
 
 # %% [solution] rms_norm
 def rms_norm(x, weight=None, eps=1e-6):
@@ -97,9 +104,13 @@ def rms_norm(x, weight=None, eps=1e-6):
     x: (..., d); weight: None or (d,). Returns the same shape and dtype as x.
     """
     ### BEGIN SOLUTION
-    ms = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1): mean square, no mean subtracted
-    y = x * torch.rsqrt(ms + eps)  # eps inside the square root, as nn.RMSNorm
-    return y if weight is None else y * weight
+    work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    xw = x.to(work)  # half precision: compute in float32, round once at the end
+    ms = xw.pow(2).mean(dim=-1, keepdim=True)  # (..., 1): mean square, no mean subtracted
+    y = xw * torch.rsqrt(ms + eps)  # eps inside the square root, as nn.RMSNorm
+    if weight is not None:
+        y = y * weight.to(work)
+    return y.to(x.dtype)
     ### END SOLUTION
 
 # %% [test] test_rms_norm_basic 2
@@ -110,6 +121,24 @@ chk.test_rms_norm_random(rms_norm)
 ### BEGIN HIDDEN TESTS
 chk.test_rms_norm_random(rms_norm, seed=9191)
 ### END HIDDEN TESTS
+
+# %% [test] test_rms_norm_half 1
+chk.test_rms_norm_half(rms_norm)
+
+# %% [markdown]
+# **The bfloat16 probe.** The same rows normalised two ways in bfloat16, compared with the
+# float64 result: in float32 inside and rounded once (what your `rms_norm` does), and with the
+# mean of squares, its inverse square root and the product all in bfloat16.
+
+# %%
+rms_fn = pick("rms_norm", lambda: rms_norm, lambda: R.rms_norm, check=lambda f: f(torch.ones(1, 4)))
+xh = (torch.randn(64, 512, generator=torch.Generator().manual_seed(5)) * 2 + 0.5).bfloat16()
+x64 = xh.double()
+exact = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6)  # float64, from the same inputs
+in_bf16 = (xh * torch.rsqrt(xh.pow(2).mean(-1, keepdim=True) + 1e-6)).double()
+for name, y in (("float32 inside, one rounding", rms_fn(xh).double()), ("everything in bfloat16", in_bf16)):
+    err = (y - exact).abs()
+    print(f"{name:30s}: mean error {err.mean():.2e}, max {err.max():.2e}")
 
 # %% [markdown]
 # ### Exercise 2: `RMSNorm`
@@ -467,13 +496,23 @@ fig.tight_layout()
 #   after RoPE, **one** copy per K/V head (what makes the cache small);
 # - causal: new query $i$ may read keys $0 \dots P + i$ (notebook 08's `tril(diagonal=P)`);
 # - scores scaled by $1/\sqrt{\text{head\_dim}}$ (the course's `scaled_dot_product_attention` does).
+#
+# One more argument, for batches whose rows do not all start at position 0:
+# `forward(x, cache=None, positions=None)`. `positions`, when given, is an integer tensor `(T,)`
+# or `(B, T)` holding the positions of the new tokens; pass it on to `apply_rope` for the
+# queries and the new keys instead of `offset=P` (cached keys keep the rotation they were cached
+# with). The causal mask stays by index in the cache. With a cache, the positions of the next
+# chunk are the caller's business: a row whose prompt had 5 real tokens continues at 5 whatever
+# the cache's length. (A left-padded batch also needs its pad keys hidden, with a padding mask
+# that this module does not take; packed sequences need a block-diagonal mask.)
 
 # %% [solution] GroupedQueryAttention
 class GroupedQueryAttention(nn.Module):
     """Causal self-attention in which groups of query heads share one key/value head, with
     RoPE on queries and keys and a key/value cache.
 
-    forward(x (B, T, d_model), cache=None or (k, v) each (B, n_kv_heads, P, head_dim))
+    forward(x (B, T, d_model), cache=None or (k, v) each (B, n_kv_heads, P, head_dim),
+            positions=None or (T,) / (B, T) integer positions of the new tokens (default P..P+T-1))
       -> (out (B, T, d_model), (k, v) each (B, n_kv_heads, P + T, head_dim), after RoPE)
     """
 
@@ -490,15 +529,16 @@ class GroupedQueryAttention(nn.Module):
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
         ### END SOLUTION
 
-    def forward(self, x, cache=None):
+    def forward(self, x, cache=None, positions=None):
         ### BEGIN SOLUTION
         B, T, C = x.shape
         P = 0 if cache is None else cache[0].size(2)  # tokens already cached
         q = self.w_q(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
         k = self.w_k(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
         v = self.w_v(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
-        q = apply_rope(q, offset=P, base=self.base)  # new tokens sit at positions P .. P+T-1
-        k = apply_rope(k, offset=P, base=self.base)
+        where = {"offset": P} if positions is None else {"positions": positions}  # default P .. P+T-1
+        q = apply_rope(q, base=self.base, **where)
+        k = apply_rope(k, base=self.base, **where)
         if cache is not None:
             k = torch.cat([cache[0], k], dim=2)  # (B, Hkv, P + T, hd): old keys first
             v = torch.cat([cache[1], v], dim=2)
@@ -525,6 +565,9 @@ chk.test_GroupedQueryAttention_cache(GroupedQueryAttention)
 ### BEGIN HIDDEN TESTS
 chk.test_GroupedQueryAttention_cache(GroupedQueryAttention, seed=6502)
 ### END HIDDEN TESTS
+
+# %% [test] test_GroupedQueryAttention_positions 1
+chk.test_GroupedQueryAttention_positions(GroupedQueryAttention)
 
 # %% [markdown]
 # **The cache is where GQA pays.** The KV cache of one sequence holds

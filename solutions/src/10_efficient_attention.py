@@ -1,6 +1,7 @@
 #| default_exp efficient_attention
 #| forbid online_softmax: torch.softmax F.softmax Tensor.softmax nn.Softmax
 #| forbid flash_attention: F.scaled_dot_product_attention
+#| forbid FlashAttention: F.scaled_dot_product_attention
 # %% [markdown]
 # # 10 · Efficient attention: the online softmax and FlashAttention's idea
 #
@@ -365,10 +366,15 @@ same = torch.allclose(flash_fn(q, k, v, block_size=64, causal=True),
 print(f"blockwise output equal to F.scaled_dot_product_attention: {same}")
 
 # %% [markdown]
-# ## 4. Memory and time against $L$, on this CPU
+# ### Query tiles, and the causal tiles never computed
 #
-# Both versions on one sequence of 4 heads, $d = 64$, causal, blocks of 128 keys. Peak memory
-# is measured as in section 1; time is the best of a few runs.
+# FlashAttention (Dao et al. 2022) also cuts the **queries** into blocks of $B_r$ rows and keys
+# into blocks of $B_c$: each $(B_r, B_c)$ tile of scores is small enough for on-chip memory, and
+# each query block keeps its own running $m$, $\ell$ and accumulator. With a causal mask this
+# buys arithmetic too: a tile whose first key comes after its last query is entirely masked,
+# so the loop over key blocks stops at the diagonal and those tiles are **never computed**;
+# only the tiles that cross the diagonal need a mask. Out of $n^2$ tiles ($n = L / B$),
+# $n(n+1)/2$ remain: about half.
 
 # %%
 def best_time(fn, repeats=3):
@@ -380,6 +386,76 @@ def best_time(fn, repeats=3):
     return min(times)
 
 
+def tiled_attention(q, k, v, block_q=64, block_k=64, causal=False):
+    """Attention over (block_q, block_k) tiles; returns (output, tiles computed, tiles in all)."""
+    Lq, Lk, scale = q.size(-2), k.size(-2), q.size(-1) ** -0.5
+    out = torch.empty(q.shape[:-1] + (v.size(-1),), dtype=q.dtype)
+    computed = 0
+    for qs in range(0, Lq, block_q):
+        qb = q[..., qs:qs + block_q, :]  # (..., B_r, d): one block of queries
+        q_pos = torch.arange(qs, qs + qb.size(-2))[:, None]
+        m = torch.full(qb.shape[:-1] + (1,), torch.finfo(q.dtype).min, dtype=q.dtype)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(qb.shape[:-1] + (v.size(-1),), dtype=q.dtype)
+        k_end = min(Lk, qs + qb.size(-2)) if causal else Lk  # causal: no key block past the diagonal
+        for ks in range(0, k_end, block_k):
+            s = qb @ k[..., ks:ks + block_k, :].transpose(-2, -1) * scale  # (..., B_r, B_c)
+            if causal and ks + s.size(-1) - 1 > qs:  # only a tile crossing the diagonal needs a mask
+                s = s.masked_fill(torch.arange(ks, ks + s.size(-1))[None, :] > q_pos, float("-inf"))
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            p, alpha = torch.exp(s - m_new), torch.exp(m - m_new)
+            l = alpha * l + p.sum(-1, keepdim=True)
+            acc = alpha * acc + p @ v[..., ks:ks + block_k, :]
+            m = m_new
+            computed += 1
+        out[..., qs:qs + qb.size(-2), :] = acc / l
+    total = math.ceil(Lq / block_q) * math.ceil(Lk / block_k)
+    return out, computed, total
+
+
+tile_lengths = [256, 512] if GRADING else [256, 512, 1024, 2048]
+print(f"{'L':>5} {'tiles computed':>15} {'time tiled':>11} {'time key loop':>14} {'peak tiled':>11} "
+      f"{'peak key loop':>14}")
+tile_ms, loop_ms = [], []
+with torch.no_grad():
+    for L in tile_lengths:
+        q, k, v = torch.randn(3, 1, 4, L, 64).unbind(0)
+        out, done, total = tiled_attention(q, k, v, 128, 128, causal=True)
+        assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-5)
+        t_tiled = best_time(lambda: tiled_attention(q, k, v, 128, 128, causal=True))
+        t_loop = best_time(lambda: flash_fn(q, k, v, block_size=128, causal=True))
+        _, p_tiled = peak_memory(tiled_attention, q, k, v, 128, 128, causal=True)
+        _, p_loop = peak_memory(flash_fn, q, k, v, block_size=128, causal=True)
+        tile_ms.append(t_tiled * 1000)
+        loop_ms.append(t_loop * 1000)
+        print(f"{L:5d} {done:7d} of {total:<5d} {t_tiled * 1000:8.1f} ms {t_loop * 1000:11.1f} ms "
+              f"{p_tiled / 2**20:7.2f} MiB {p_loop / 2**20:10.2f} MiB")
+fig, ax = plt.subplots(figsize=(5.5, 3.4))
+ax.plot(tile_lengths, loop_ms, "o-", label="keys in blocks, all queries (exercise 2)")
+ax.plot(tile_lengths, tile_ms, "s-", label="128 x 128 tiles, causal tiles skipped")
+ax.set(xscale="log", yscale="log", xlabel="sequence length L", ylabel="ms (best of 3)",
+       title="causal attention, 4 heads, d = 64")
+ax.set_xscale("log", base=2)
+ax.grid(alpha=0.3)
+ax.legend(fontsize=8)
+fig.tight_layout()
+
+# %% [markdown]
+# The tiled version computes $n(n+1)/2$ of the $n^2$ tiles and, from a few hundred positions on,
+# takes less than half the time of the key loop, which computes every block and masks half of
+# them away (on one run here: 56 ms against 175 ms at $L = 2048$; the small tiles also stay in
+# the CPU's caches). Its working memory is a few $(B_r, B_c)$ tiles per head instead of a few
+# $(L_q, B_c)$ blocks: its peak is the inputs and the output plus about 1 MiB (9 MiB against
+# 24 MiB at $L = 2048$ on that run). A GPU kernel runs the query blocks in parallel, one per
+# group of threads; here they run one after the other.
+
+# %% [markdown]
+# ## 4. Memory and time against $L$, on this CPU
+#
+# Both versions on one sequence of 4 heads, $d = 64$, causal, blocks of 128 keys. Peak memory
+# is measured as in section 1; time is the best of a few runs.
+
+# %%
 lengths = [256, 512, 1024] if GRADING else [256, 512, 1024, 2048, 4096]
 stats = {"naive": ([], []), "blockwise (128 keys per block)": ([], [])}
 with torch.no_grad():
@@ -447,6 +523,133 @@ for L in grad_lengths:
 # notebook's loop is an inference saving; FlashAttention's training saving comes from its
 # hand-written backward pass, which saves only $O$ and one log-sum-exp per row and recomputes
 # the blocks.
+#
+# ### Exercise 3: `FlashAttention`, the backward pass that recomputes
+#
+# Write blockwise attention as a `torch.autograd.Function`: PyTorch runs its `forward` **without**
+# recording anything, keeps only what you pass to `ctx.save_for_backward`, and calls your
+# `backward` with $dO$, the gradient of the loss with respect to the output. Save $Q$, $K$, $V$,
+# $O$ and, per query row, the **log-sum-exp** $\text{lse} = m + \log \ell$ of its scores (from
+# the running max and sum at the end of the forward loop): $O(L d)$ numbers. In backward, loop
+# over the same key blocks and recompute each block's probabilities from it, exactly, with no
+# new max or sum: $P = e^{S - \text{lse}}$ (with the causal mask applied again). The gradients
+# (FlashAttention-2, Dao 2023, Algorithm 2), with $D = \operatorname{rowsum}(dO \odot O)$ computed
+# once:
+#
+# $$dV_\text{blk} = P^\top dO, \qquad dP = dO\, V_\text{blk}^\top, \qquad
+# dS = P \odot (dP - D), \qquad dQ \mathrel{+}= dS\, K_\text{blk} / \sqrt{d}, \qquad
+# dK_\text{blk} = dS^\top Q / \sqrt{d}.$$
+#
+# ($dS = P \odot (dP - D)$ is the softmax's Jacobian applied row by row: $D_i = \sum_j P_{ij}
+# dP_{ij} = dO_i \cdot O_i$.) `FlashAttention.apply(q, k, v, block_size, causal)` takes the same
+# arguments as `flash_attention` (passed by position, as `apply` requires) and returns $O$;
+# `backward` returns `(dq, dk, dv, None, None)`, one entry per argument of `forward`. The checks
+# compare the output and the three gradients with autograd's in float64, count the elements of
+# every tensor saved for backward (they must be $O(L d)$, not $O(L^2)$), and record every tensor
+# created in forward **and** backward: none may hold an $L_q \times L_k$ matrix for one
+# (batch, head) slice.
+
+# %% [solution] FlashAttention
+class FlashAttention(torch.autograd.Function):
+    """Blockwise attention with FlashAttention's backward pass: forward saves q, k, v, the output
+    O and each row's log-sum-exp only; backward recomputes the probabilities block by block.
+
+    FlashAttention.apply(q, k, v, block_size, causal) -> O, shapes as flash_attention's.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, block_size=64, causal=False):
+        ### BEGIN SOLUTION
+        Lq, Lk = q.size(-2), k.size(-2)
+        scale = 1.0 / math.sqrt(q.size(-1))
+        m = torch.full(q.shape[:-1] + (1,), torch.finfo(q.dtype).min, dtype=q.dtype, device=q.device)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=q.dtype, device=q.device)
+        q_pos = torch.arange(Lq, device=q.device)[:, None]
+        for start in range(0, Lk, block_size):
+            k_blk, v_blk = k[..., start:start + block_size, :], v[..., start:start + block_size, :]
+            s = (q @ k_blk.transpose(-2, -1)) * scale
+            if causal:
+                k_pos = torch.arange(start, start + k_blk.size(-2), device=q.device)[None, :]
+                s = s.masked_fill(k_pos > q_pos, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            p = torch.exp(s - m_new)
+            alpha = torch.exp(m - m_new)
+            l = l * alpha + p.sum(dim=-1, keepdim=True)
+            acc = acc * alpha + p @ v_blk
+            m = m_new
+        o = acc / l
+        lse = m + torch.log(l)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.block_size, ctx.causal, ctx.scale = block_size, causal, scale
+        return o
+        ### END SOLUTION
+
+    @staticmethod
+    def backward(ctx, do):
+        ### BEGIN SOLUTION
+        q, k, v, o, lse = ctx.saved_tensors
+        bs, scale = ctx.block_size, ctx.scale
+        Lq, Lk = q.size(-2), k.size(-2)
+        D = (do * o).sum(dim=-1, keepdim=True)
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        q_pos = torch.arange(Lq, device=q.device)[:, None]
+        for start in range(0, Lk, bs):
+            end = min(start + bs, Lk)
+            k_blk, v_blk = k[..., start:end, :], v[..., start:end, :]
+            s = (q @ k_blk.transpose(-2, -1)) * scale
+            if ctx.causal:
+                k_pos = torch.arange(start, end, device=q.device)[None, :]
+                s = s.masked_fill(k_pos > q_pos, float("-inf"))
+            p = torch.exp(s - lse)
+            dv[..., start:end, :] = p.transpose(-2, -1) @ do
+            dp = do @ v_blk.transpose(-2, -1)
+            ds = p * (dp - D)
+            dq += (ds @ k_blk) * scale
+            dk[..., start:end, :] = (ds.transpose(-2, -1) @ q) * scale
+        return dq, dk, dv, None, None
+        ### END SOLUTION
+
+# %% [test] test_FlashAttention_gradients 3
+chk.test_FlashAttention_gradients(FlashAttention)
+### BEGIN HIDDEN TESTS
+chk.test_FlashAttention_gradients(FlashAttention, seed=2024)
+### END HIDDEN TESTS
+
+# %% [test] test_FlashAttention_memory 3
+chk.test_FlashAttention_memory(FlashAttention)
+### BEGIN HIDDEN TESTS
+chk.test_FlashAttention_memory(FlashAttention, seed=4711)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Peak memory of forward and backward, measured.** The same runs as above, now with your
+# `FlashAttention` too (blocks of 128 keys):
+
+# %%
+fa_fn = pick("FlashAttention", lambda: FlashAttention.apply, lambda: R.FlashAttention.apply,
+             check=lambda f: f(*torch.randn(3, 1, 8, 4).unbind(0), 4, False))
+fb_lengths = [256, 512] if GRADING else [256, 512, 1024, 2048]
+fb = {"naive": [], "blockwise loop, autograd": [], "FlashAttention (recompute)": []}
+for L in fb_lengths:
+    q, k, v = (torch.randn(1, 4, L, 64).requires_grad_() for _ in range(3))
+    runs = {"naive": lambda: naive_attention(q, k, v, causal=True),
+            "blockwise loop, autograd": lambda: flash_fn(q, k, v, block_size=128, causal=True),
+            "FlashAttention (recompute)": lambda: fa_fn(q, k, v, 128, True)}
+    for name, fn in runs.items():
+        _, peak = peak_memory(forward_backward(fn), grad=True)
+        fb[name].append(peak / 2**20)
+    print(f"L={L:5d}  forward + backward peak: " + ", ".join(f"{n} {fb[n][-1]:6.1f} MiB" for n in fb))
+fig = plots.curves(fb_lengths, fb, xlabel="sequence length L", ylabel="peak MiB, forward + backward",
+                   logy=True, markers=True, title="training memory (B=1, H=4, d=64, causal)")
+plt.gca().set_xscale("log", base=2)
+
+# %% [markdown]
+# The naive version and the loop under autograd grow like $L^2$; the recompute grows like $L$:
+# its peak is the inputs, the output, their gradients and a few $(L, 128)$ blocks at a time
+# (on one run here: 202 MiB naive, 182 MiB for the loop and 36 MiB for the recompute at
+# $L = 2048$; 52, 50 and 18 MiB at $L = 1024$).
+# It pays for that with arithmetic: the backward pass computes every block of scores again.
 #
 # ### What a fused GPU kernel adds
 #

@@ -50,12 +50,13 @@ class GroupedQueryAttention(nn.Module):
 """
 
 
-def _gqa(q_rope="apply_rope(q, offset=P, base=self.base)", k_rope="apply_rope(k, offset=P, base=self.base)",
+def _gqa(q_rope="apply_rope(q, offset=P, base=self.base, positions=positions)",
+         k_rope="apply_rope(k, offset=P, base=self.base, positions=positions)",
          v_line="", rep="k.repeat_interleave(group, dim=1)", rep_v="v.repeat_interleave(group, dim=1)",
          mask="torch.ones(T, P + T, dtype=torch.bool).tril(diagonal=P)", ret="(k, v)",
          pre_split="", attend="out, _ = scaled_dot_product_attention(q, k_all, v_all, mask)"):
     return _GQA_INIT + f"""
-    def forward(self, x, cache=None):
+    def forward(self, x, cache=None, positions=None):
         B, T, C = x.shape
         P = 0 if cache is None else cache[0].size(2)
         qp, kp, vp = self.w_q(x), self.w_k(x), self.w_v(x)
@@ -176,6 +177,13 @@ def rms_norm(x, weight=None, eps=1e-6):
     x = x.float()
     y = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     return y if weight is None else y * weight.float()
+"""),
+    Mistake("rms_norm", "half precision: the mean of squares, rsqrt and product in bfloat16/float16 "
+            "(no upcast)", r"half precision.*float32", """
+def rms_norm(x, weight=None, eps=1e-6):
+    ms = x.pow(2).mean(dim=-1, keepdim=True)
+    y = x * torch.rsqrt(ms + eps)
+    return y if weight is None else y * weight
 """),
     Mistake("rms_norm", "calls F.rms_norm", r"Shortcut used", """
 def rms_norm(x, weight=None, eps=1e-6):
@@ -412,6 +420,16 @@ class SwiGLU(nn.Module):
                                               v.repeat_interleave(group, 1), mask)
         return self.w_o(out.transpose(1, 2).reshape(B, T, C)), (k, v)
 """),
+    Mistake("GroupedQueryAttention", "positions ignored when a cache is given", r"ignored once a cache",
+            _gqa(q_rope="apply_rope(q, offset=P, base=self.base, positions=None if cache is not None else positions)",
+                 k_rope="apply_rope(k, offset=P, base=self.base, positions=None if cache is not None else positions)")),
+    Mistake("GroupedQueryAttention", "positions accepted but never used", r"`positions` was ignored",
+            _gqa(q_rope="apply_rope(q, offset=P, base=self.base)", k_rope="apply_rope(k, offset=P, base=self.base)")),
+    Mistake("GroupedQueryAttention", "positions for the queries only", r"queries only",
+            _gqa(k_rope="apply_rope(k, offset=P, base=self.base)")),
+    Mistake("GroupedQueryAttention", "forward(x, cache=None) without positions", r"does not take `positions`",
+            _gqa().replace("def forward(self, x, cache=None, positions=None):", "def forward(self, x, cache=None):")
+                  .replace(", positions=positions)", ")")),
     Mistake("GroupedQueryAttention", "F.scaled_dot_product_attention(enable_gqa=True) inside", r"Shortcut used",
             _gqa(attend="out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)")),
     Mistake("GroupedQueryAttention", "base not passed on to apply_rope", r"`base` argument",
@@ -505,11 +523,12 @@ VARIANTS = [
     # ================================================================ rms_norm
     Variant("rms_norm", "x * x and torch.mean, then a division by sqrt", """
 def rms_norm(x, weight=None, eps=1e-6):
-    rms = torch.sqrt(torch.mean(x * x, dim=-1, keepdim=True) + eps)
-    out = x / rms
+    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    rms = torch.sqrt(torch.mean(xf * xf, dim=-1, keepdim=True) + eps)
+    out = xf / rms
     if weight is not None:
         out = out * weight
-    return out
+    return out.to(x.dtype)
 """),
     Variant("rms_norm", "float64 inside, cast back", """
 def rms_norm(x, weight=None, eps=1e-6):
@@ -522,16 +541,21 @@ def rms_norm(x, weight=None, eps=1e-6):
     Variant("rms_norm", "through torch.linalg.vector_norm / sqrt(d)", """
 def rms_norm(x, weight=None, eps=1e-6):
     d = x.shape[-1]
-    ms = torch.linalg.vector_norm(x, dim=-1, keepdim=True) ** 2 / d
-    y = x / torch.sqrt(ms + eps)
-    return y if weight is None else y * weight
+    xf = x.to(torch.promote_types(x.dtype, torch.float32))
+    ms = torch.linalg.vector_norm(xf, dim=-1, keepdim=True) ** 2 / d
+    y = xf / torch.sqrt(ms + eps)
+    return (y if weight is None else y * weight).to(x.dtype)
 """),
     Variant("rms_norm", "einsum for the sum of squares", """
 def rms_norm(x, weight=None, eps=1e-6):
     ss = torch.einsum("...d,...d->...", x, x).unsqueeze(-1) / x.shape[-1]
     y = x * (ss + eps).rsqrt()
     return y * (1 if weight is None else weight)
-"""),
+""".replace("def rms_norm(x, weight=None, eps=1e-6):\n",
+            "def rms_norm(x, weight=None, eps=1e-6):\n"
+            "    if x.dtype in (torch.float16, torch.bfloat16):  # LLaMA's way: float32 inside,\n"
+            "        y = rms_norm(x.float(), None, eps).type_as(x)  # rounded, then the gain\n"
+            "        return y if weight is None else y * weight\n")),
     # ================================================================ RMSNorm
     Variant("RMSNorm", "self-contained forward", _RMS_MODULE + """
     def forward(self, x):
@@ -619,11 +643,13 @@ class RMSNorm(nn.Module):
 """),
     # ================================================================ GroupedQueryAttention
     Variant("GroupedQueryAttention", "a loop over K/V groups, no repeat", _GQA_INIT + """
-    def forward(self, x, cache=None):
+    def forward(self, x, cache=None, positions=None):
         B, T, C = x.shape
         P = 0 if cache is None else cache[0].size(2)
-        q = apply_rope(self.w_q(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2), P, self.base)
-        k = apply_rope(self.w_k(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2), P, self.base)
+        q = apply_rope(self.w_q(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2), P, self.base,
+                       positions)
+        k = apply_rope(self.w_k(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2), P, self.base,
+                       positions)
         v = self.w_v(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         if cache is not None:
             k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
@@ -639,12 +665,16 @@ class RMSNorm(nn.Module):
 """),
     Variant("GroupedQueryAttention", "einsum on (B, Hkv, group, T, hd), masked_fill, float64 softmax",
             _GQA_INIT + """
-    def forward(self, x, cache=None):
+    def forward(self, x, cache=None, positions=None):
         B, T, C = x.shape
         P = 0 if cache is None else cache[0].size(2)
         g = self.n_heads // self.n_kv_heads
-        q = apply_rope(self.w_q(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2), P, self.base)
-        k = apply_rope(self.w_k(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2), P, self.base)
+        pos = torch.arange(P, P + T) if positions is None else positions
+        pos = pos.expand(B, T)  # (B, T) in every case
+        q = apply_rope(self.w_q(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2), base=self.base,
+                       positions=pos)
+        k = apply_rope(self.w_k(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2),
+                       base=self.base, positions=pos)
         v = self.w_v(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         if cache is not None:
             k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)

@@ -5,7 +5,7 @@ loudly if the text it replaces is not there (so the catalogue cannot silently dr
 from . import Mistake, Variant
 
 ASSIGNMENT = "10_efficient_attention"
-EXERCISES = ["online_softmax", "flash_attention"]
+EXERCISES = ["online_softmax", "flash_attention", "FlashAttention"]
 
 SOFTMAX = '''
 def online_softmax(x, block_size):
@@ -47,6 +47,59 @@ def flash_attention(q, k, v, block_size=64, causal=False):
 '''
 
 
+FA = '''
+class FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, block_size=64, causal=False):
+        Lq, Lk = q.size(-2), k.size(-2)
+        scale = 1.0 / math.sqrt(q.size(-1))
+        m = torch.full(q.shape[:-1] + (1,), torch.finfo(q.dtype).min, dtype=q.dtype, device=q.device)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=q.dtype, device=q.device)
+        q_pos = torch.arange(Lq, device=q.device)[:, None]
+        for start in range(0, Lk, block_size):
+            k_blk, v_blk = k[..., start:start + block_size, :], v[..., start:start + block_size, :]
+            s = (q @ k_blk.transpose(-2, -1)) * scale
+            if causal:
+                k_pos = torch.arange(start, start + k_blk.size(-2), device=q.device)[None, :]
+                s = s.masked_fill(k_pos > q_pos, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            p = torch.exp(s - m_new)
+            alpha = torch.exp(m - m_new)
+            l = l * alpha + p.sum(dim=-1, keepdim=True)
+            acc = acc * alpha + p @ v_blk
+            m = m_new
+        o = acc / l
+        lse = m + torch.log(l)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.block_size, ctx.causal, ctx.scale = block_size, causal, scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        bs, scale = ctx.block_size, ctx.scale
+        Lq, Lk = q.size(-2), k.size(-2)
+        D = (do * o).sum(dim=-1, keepdim=True)
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        q_pos = torch.arange(Lq, device=q.device)[:, None]
+        for start in range(0, Lk, bs):
+            end = min(start + bs, Lk)
+            k_blk, v_blk = k[..., start:end, :], v[..., start:end, :]
+            s = (q @ k_blk.transpose(-2, -1)) * scale
+            if ctx.causal:
+                k_pos = torch.arange(start, end, device=q.device)[None, :]
+                s = s.masked_fill(k_pos > q_pos, float("-inf"))
+            p = torch.exp(s - lse)
+            dv[..., start:end, :] = p.transpose(-2, -1) @ do
+            dp = do @ v_blk.transpose(-2, -1)
+            ds = p * (dp - D)
+            dq += (ds @ k_blk) * scale
+            dk[..., start:end, :] = (ds.transpose(-2, -1) @ q) * scale
+        return dq, dk, dv, None, None
+'''
+
+
 def _edit(base, *pairs):
     out = base
     for old, new in zip(pairs[::2], pairs[1::2]):
@@ -55,7 +108,7 @@ def _edit(base, *pairs):
     return out
 
 
-S, A = "online_softmax", "flash_attention"
+S, A, FB = "online_softmax", "flash_attention", "FlashAttention"
 L_UPDATE = "        l = l * torch.exp(m - m_new) + torch.exp(block - m_new).sum(dim=-1, keepdim=True)\n"
 
 MISTAKES = [
@@ -180,6 +233,94 @@ def online_softmax(x, block_size):
             "        acc = acc + p @ v_blk\n")),
 ]
 
+MISTAKES += [
+    # ---------------------------------------------------------------- FlashAttention
+    Mistake(FB, "saves the running max m, not the log-sum-exp: P = exp(S - m) in backward",
+            r"log-sum-exp", _edit(FA, "lse = m + torch.log(l)", "lse = m")),
+    Mistake(FB, "the D term missing: dS = P * dP", r"D term is missing",
+            _edit(FA, "ds = p * (dp - D)", "ds = p * dp")),
+    Mistake(FB, "dK not scaled by 1/sqrt(d)", r"dK is not scaled",
+            _edit(FA, "(ds.transpose(-2, -1) @ q) * scale", "(ds.transpose(-2, -1) @ q)")),
+    Mistake(FB, "dQ not scaled by 1/sqrt(d)", r"dQ is not scaled",
+            _edit(FA, "dq += (ds @ k_blk) * scale", "dq += ds @ k_blk")),
+    Mistake(FB, "the causal mask not applied in backward", r"not applied in backward",
+            _edit(FA, "            if ctx.causal:\n", "            if False:\n")),
+    Mistake(FB, "saves the full matrix of probabilities P for backward", r"saved for backward|Lq, Lk", _edit(FA,
+            "        for start in range(0, Lk, block_size):\n",
+            "        ps = []\n        for start in range(0, Lk, block_size):\n",
+            "            m = m_new\n",
+            "            m = m_new\n            ps.append((p, m_new))\n",
+            "        ctx.save_for_backward(q, k, v, o, lse)\n",
+            "        P = torch.cat([p * torch.exp(mb - m) / l for p, mb in ps], dim=-1)\n"
+            "        ctx.save_for_backward(q, k, v, o, lse, P)\n",
+            "        q, k, v, o, lse = ctx.saved_tensors\n",
+            "        q, k, v, o, lse, P = ctx.saved_tensors\n",
+            "            p = torch.exp(s - lse)\n",
+            "            p = P[..., start:end]\n")),
+    Mistake(FB, "no Function: apply is the forward loop, and autograd saves every block", r"saved for backward", """
+class FlashAttention:
+    @staticmethod
+    def apply(q, k, v, block_size=64, causal=False):
+        scale = 1.0 / math.sqrt(q.size(-1))
+        m = torch.full(q.shape[:-1] + (1,), torch.finfo(q.dtype).min, dtype=q.dtype)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=q.dtype)
+        q_pos = torch.arange(q.size(-2))[:, None]
+        for start in range(0, k.size(-2), block_size):
+            k_blk, v_blk = k[..., start:start + block_size, :], v[..., start:start + block_size, :]
+            s = (q @ k_blk.transpose(-2, -1)) * scale
+            if causal:
+                s = s.masked_fill(torch.arange(start, start + k_blk.size(-2))[None, :] > q_pos, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            p = torch.exp(s - m_new)
+            alpha = torch.exp(m - m_new)
+            l = l * alpha + p.sum(dim=-1, keepdim=True)
+            acc = acc * alpha + p @ v_blk
+            m = m_new
+        return acc / l
+"""),
+    Mistake(FB, "backward re-runs the forward loop under autograd (every block alive at once)",
+            r"every thread counted|in this thread or another", """
+class FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def _loop(q, k, v, block_size, causal):
+        scale = 1.0 / math.sqrt(q.size(-1))
+        m = torch.full(q.shape[:-1] + (1,), torch.finfo(q.dtype).min, dtype=q.dtype)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=q.dtype)
+        q_pos = torch.arange(q.size(-2))[:, None]
+        for start in range(0, k.size(-2), block_size):
+            k_blk, v_blk = k[..., start:start + block_size, :], v[..., start:start + block_size, :]
+            s = (q @ k_blk.transpose(-2, -1)) * scale
+            if causal:
+                s = s.masked_fill(torch.arange(start, start + k_blk.size(-2))[None, :] > q_pos, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            p = torch.exp(s - m_new)
+            alpha = torch.exp(m - m_new)
+            l = l * alpha + p.sum(dim=-1, keepdim=True)
+            acc = acc * alpha + p @ v_blk
+            m = m_new
+        return acc / l
+
+    @staticmethod
+    def forward(ctx, q, k, v, block_size=64, causal=False):
+        ctx.save_for_backward(q, k, v)
+        ctx.block_size, ctx.causal = block_size, causal
+        return FlashAttention._loop(q, k, v, block_size, causal)
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v = (t.detach().requires_grad_(True) for t in ctx.saved_tensors)
+        with torch.enable_grad():
+            o = FlashAttention._loop(q, k, v, ctx.block_size, ctx.causal)
+            dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
+        return dq, dk, dv, None, None
+"""),
+    Mistake(FB, "forward calls F.scaled_dot_product_attention", r"shortcut", _edit(FA,
+            "        o = acc / l\n",
+            "        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)\n")),
+]
+
 VARIANTS = [
     # ---------------------------------------------------------------- online_softmax
     Variant(S, "a while loop, -inf start and a torch.where guard on the rescale factor", '''
@@ -301,4 +442,83 @@ def flash_attention(q, k, v, block_size=64, causal=False):
         i += block_size
     return acc / l
 '''),
+    # ---------------------------------------------------------------- FlashAttention
+    Variant(FB, "einsum throughout, m and l saved instead of the log-sum-exp", _edit(FA,
+            "        ctx.save_for_backward(q, k, v, o, lse)\n",
+            "        ctx.save_for_backward(q, k, v, o, m, l)\n",
+            "        q, k, v, o, lse = ctx.saved_tensors\n",
+            "        q, k, v, o, m, l = ctx.saved_tensors\n        lse = m + torch.log(l)\n",
+            "            s = (q @ k_blk.transpose(-2, -1)) * scale\n            if ctx.causal:",
+            "            s = torch.einsum('...qd,...kd->...qk', q, k_blk) * scale\n            if ctx.causal:",
+            "            dv[..., start:end, :] = p.transpose(-2, -1) @ do\n",
+            "            dv[..., start:end, :] = torch.einsum('...qk,...qd->...kd', p, do)\n",
+            "            dp = do @ v_blk.transpose(-2, -1)\n",
+            "            dp = torch.einsum('...qd,...kd->...qk', do, v_blk)\n",
+            "            dq += (ds @ k_blk) * scale\n",
+            "            dq += torch.einsum('...qk,...kd->...qd', ds, k_blk) * scale\n",
+            "            dk[..., start:end, :] = (ds.transpose(-2, -1) @ q) * scale\n",
+            "            dk[..., start:end, :] = torch.einsum('...qk,...qd->...kd', ds, q) * scale\n")),
+    Variant(FB, "backward with the outer loop over query blocks, dK and dV accumulated", _edit(FA,
+            "        for start in range(0, Lk, bs):\n"
+            "            end = min(start + bs, Lk)\n",
+            "        for qs in range(0, Lq, bs):\n"
+            "          qe = min(qs + bs, Lq)\n"
+            "          q_b, do_b, lse_b, D_b = q[..., qs:qe, :], do[..., qs:qe, :], lse[..., qs:qe, :], D[..., qs:qe, :]\n"
+            "          q_pos = torch.arange(qs, qe)[:, None]\n"
+            "          for start in range(0, Lk, bs):\n"
+            "            end = min(start + bs, Lk)\n",
+            "            s = (q @ k_blk.transpose(-2, -1)) * scale\n            if ctx.causal:",
+            "            s = (q_b @ k_blk.transpose(-2, -1)) * scale\n            if ctx.causal:",
+            "            p = torch.exp(s - lse)\n"
+            "            dv[..., start:end, :] = p.transpose(-2, -1) @ do\n"
+            "            dp = do @ v_blk.transpose(-2, -1)\n"
+            "            ds = p * (dp - D)\n"
+            "            dq += (ds @ k_blk) * scale\n"
+            "            dk[..., start:end, :] = (ds.transpose(-2, -1) @ q) * scale\n",
+            "            p = torch.exp(s - lse_b)\n"
+            "            dv[..., start:end, :] += p.transpose(-2, -1) @ do_b\n"
+            "            ds = p * (do_b @ v_blk.transpose(-2, -1) - D_b)\n"
+            "            dq[..., qs:qe, :] += (ds @ k_blk) * scale\n"
+            "            dk[..., start:end, :] += (ds.transpose(-2, -1) @ q_b) * scale\n")),
+    Variant(FB, "float64 inside, cast back, cached values kept on ctx as attributes", """
+class FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, block_size=64, causal=False):
+        qd, kd, vd = q.double(), k.double(), v.double()
+        scale = q.size(-1) ** -0.5
+        m = torch.full(q.shape[:-1] + (1,), -1e300, dtype=torch.float64)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=torch.float64)
+        blocks = [(s, min(s + block_size, k.size(-2))) for s in range(0, k.size(-2), block_size)]
+        for a, b in blocks:
+            s = qd @ kd[..., a:b, :].transpose(-2, -1) * scale
+            if causal:
+                s = s.masked_fill(torch.arange(a, b)[None, :] > torch.arange(q.size(-2))[:, None], float("-inf"))
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            p = (s - m_new).exp()
+            l = l * (m - m_new).exp() + p.sum(-1, keepdim=True)
+            acc = acc * (m - m_new).exp() + p @ vd[..., a:b, :]
+            m = m_new
+        o = acc / l
+        ctx.save_for_backward(q, k, v, o.to(q.dtype), m + l.log())
+        ctx.blocks, ctx.causal, ctx.scale = blocks, causal, scale
+        return o.to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        qd, kd, vd, od, dod = q.double(), k.double(), v.double(), o.double(), do.double()
+        D = (dod * od).sum(-1, keepdim=True)
+        dq, dk, dv = torch.zeros_like(qd), torch.zeros_like(kd), torch.zeros_like(vd)
+        for a, b in ctx.blocks:
+            s = qd @ kd[..., a:b, :].transpose(-2, -1) * ctx.scale
+            if ctx.causal:
+                s = s.masked_fill(torch.arange(a, b)[None, :] > torch.arange(q.size(-2))[:, None], float("-inf"))
+            p = (s - lse).exp()
+            dv[..., a:b, :] = p.transpose(-2, -1) @ dod
+            ds = p * (dod @ vd[..., a:b, :].transpose(-2, -1) - D)
+            dq = dq + ds @ kd[..., a:b, :] * ctx.scale
+            dk[..., a:b, :] = ds.transpose(-2, -1) @ qd * ctx.scale
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None
+"""),
 ]

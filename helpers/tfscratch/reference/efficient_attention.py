@@ -10,7 +10,7 @@ import math
 
 import torch
 
-__all__ = ["naive_attention", "online_softmax", "flash_attention"]
+__all__ = ["naive_attention", "online_softmax", "flash_attention", "FlashAttention"]
 
 
 def naive_attention(q, k, v, causal=False):
@@ -69,3 +69,60 @@ def flash_attention(q, k, v, block_size=64, causal=False):
         acc = acc * alpha + p @ v_blk
         m = m_new
     return acc / l
+
+
+class FlashAttention(torch.autograd.Function):
+    """Blockwise attention with FlashAttention's backward pass: forward saves q, k, v, the output
+    O and each row's log-sum-exp only; backward recomputes the probabilities block by block.
+
+    FlashAttention.apply(q, k, v, block_size, causal) -> O, shapes as flash_attention's.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, block_size=64, causal=False):
+        Lq, Lk = q.size(-2), k.size(-2)
+        scale = 1.0 / math.sqrt(q.size(-1))
+        m = torch.full(q.shape[:-1] + (1,), torch.finfo(q.dtype).min, dtype=q.dtype, device=q.device)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(q.shape[:-1] + (v.size(-1),), dtype=q.dtype, device=q.device)
+        q_pos = torch.arange(Lq, device=q.device)[:, None]
+        for start in range(0, Lk, block_size):
+            k_blk, v_blk = k[..., start:start + block_size, :], v[..., start:start + block_size, :]
+            s = (q @ k_blk.transpose(-2, -1)) * scale
+            if causal:
+                k_pos = torch.arange(start, start + k_blk.size(-2), device=q.device)[None, :]
+                s = s.masked_fill(k_pos > q_pos, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            p = torch.exp(s - m_new)
+            alpha = torch.exp(m - m_new)
+            l = l * alpha + p.sum(dim=-1, keepdim=True)
+            acc = acc * alpha + p @ v_blk
+            m = m_new
+        o = acc / l
+        lse = m + torch.log(l)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.block_size, ctx.causal, ctx.scale = block_size, causal, scale
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        bs, scale = ctx.block_size, ctx.scale
+        Lq, Lk = q.size(-2), k.size(-2)
+        D = (do * o).sum(dim=-1, keepdim=True)
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        q_pos = torch.arange(Lq, device=q.device)[:, None]
+        for start in range(0, Lk, bs):
+            end = min(start + bs, Lk)
+            k_blk, v_blk = k[..., start:end, :], v[..., start:end, :]
+            s = (q @ k_blk.transpose(-2, -1)) * scale
+            if ctx.causal:
+                k_pos = torch.arange(start, end, device=q.device)[None, :]
+                s = s.masked_fill(k_pos > q_pos, float("-inf"))
+            p = torch.exp(s - lse)
+            dv[..., start:end, :] = p.transpose(-2, -1) @ do
+            dp = do @ v_blk.transpose(-2, -1)
+            ds = p * (dp - D)
+            dq += (ds @ k_blk) * scale
+            dk[..., start:end, :] = (ds.transpose(-2, -1) @ q) * scale
+        return dq, dk, dv, None, None

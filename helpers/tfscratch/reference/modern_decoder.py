@@ -29,9 +29,13 @@ def rms_norm(x, weight=None, eps=1e-6):
 
     x: (..., d); weight: None or (d,). Returns the same shape and dtype as x.
     """
-    ms = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1): mean square, no mean subtracted
-    y = x * torch.rsqrt(ms + eps)  # eps inside the square root, as nn.RMSNorm
-    return y if weight is None else y * weight
+    work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    xw = x.to(work)  # half precision: compute in float32, round once at the end
+    ms = xw.pow(2).mean(dim=-1, keepdim=True)  # (..., 1): mean square, no mean subtracted
+    y = xw * torch.rsqrt(ms + eps)  # eps inside the square root, as nn.RMSNorm
+    if weight is not None:
+        y = y * weight.to(work)
+    return y.to(x.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -87,7 +91,8 @@ class GroupedQueryAttention(nn.Module):
     """Causal self-attention in which groups of query heads share one key/value head, with
     RoPE on queries and keys and a key/value cache.
 
-    forward(x (B, T, d_model), cache=None or (k, v) each (B, n_kv_heads, P, head_dim))
+    forward(x (B, T, d_model), cache=None or (k, v) each (B, n_kv_heads, P, head_dim),
+            positions=None or (T,) / (B, T) integer positions of the new tokens (default P..P+T-1))
       -> (out (B, T, d_model), (k, v) each (B, n_kv_heads, P + T, head_dim), after RoPE)
     """
 
@@ -102,14 +107,15 @@ class GroupedQueryAttention(nn.Module):
         self.w_v = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
 
-    def forward(self, x, cache=None):
+    def forward(self, x, cache=None, positions=None):
         B, T, C = x.shape
         P = 0 if cache is None else cache[0].size(2)  # tokens already cached
         q = self.w_q(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
         k = self.w_k(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
         v = self.w_v(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
-        q = apply_rope(q, offset=P, base=self.base)  # new tokens sit at positions P .. P+T-1
-        k = apply_rope(k, offset=P, base=self.base)
+        where = {"offset": P} if positions is None else {"positions": positions}  # default P .. P+T-1
+        q = apply_rope(q, base=self.base, **where)
+        k = apply_rope(k, base=self.base, **where)
         if cache is not None:
             k = torch.cat([cache[0], k], dim=2)  # (B, Hkv, P + T, hd): old keys first
             v = torch.cat([cache[1], v], dim=2)

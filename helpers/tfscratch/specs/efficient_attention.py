@@ -165,6 +165,11 @@ _RANDOM = [((2, 3), 37, 37, 8, 8, 10, True), ((2,), 21, 50, 6, 10, 12, False),
 _RANDOM64 = [((2, 2), 30, 30, 8, 8, 7, True), ((2,), 18, 27, 4, 4, 5, False)]
 
 
+_BWD = [((2,), 13, 13, 5, 4, 4, True), ((2, 3), 7, 19, 6, 3, 5, False), ((), 24, 24, 8, 8, 7, True),
+        ((1, 2), 30, 11, 4, 6, 4, False), ((3,), 10, 10, 4, 4, 16, True)]
+_SAVED = [((2,), 128, 128, 4, 4, 16, True), ((1, 2), 96, 160, 4, 3, 24, False)]
+
+
 def _cases(table):
     return [(b, Lq, Lk, bs) for b, Lq, Lk, _, _, bs, _ in table]
 
@@ -368,6 +373,107 @@ FLASH_DIAGNOSES = [
 ]
 
 
+# -- FlashAttention: the recompute backward ---------------------------------------------------
+# Each call runs vm.drive_flash_backward: FlashAttention.apply(q, k, v, block_size, causal), then
+# backward with a drawn upstream gradient; it returns (out, dq, dk, dv, saved), `saved` being
+# the elements of every tensor saved for backward (saved_tensors_hooks).
+
+def _bwd(batch, Lq, Lk, d, dv, bs, causal, dtype="float64", **kw):
+    return call(*_qkv(batch, Lq, Lk, d, dv, 1.5, dtype), randn(*batch, Lq, dv, dtype=dtype), bs, causal,
+                method="@flash_backward", **kw)
+
+
+def _saved_allowance(batch, Lq, Lk, d, dv):
+    """Elements the saved tensors may hold: twice q, k, v, O and two numbers per query row (the
+    log-sum-exp, or m and l), per (batch, head) slice; far below Lq * Lk."""
+    return math.prod(batch) * 2 * (Lq * d + Lk * d + Lk * dv + Lq * dv + 2 * Lq)
+
+
+def _grads_only(key, got, want):
+    """The gradients probes: the output and the three gradients (the saved count is the memory
+    probe's business)."""
+    if key.endswith(".out.4"):
+        return None
+    return _keep_dtype(key, got, want)
+
+
+def _recomputes(cases):
+    """The memory probe's hook: no (Lq, Lk) tensor in forward or backward (`.shapes` of the whole
+    call), and the saved tensors within `_saved_allowance`."""
+    full = _no_full_matrix([(b, Lq, Lk, bs) for b, Lq, Lk, _, _, bs, _ in cases])
+
+    def compare(key, got, want):
+        if key.endswith(".shapes"):
+            return full(key, got, want)
+        if not key.endswith(".out.4"):
+            return None
+        b, Lq, Lk, d, dv, bs, _ = cases[int(key.rsplit(".", 3)[-3])]
+        n, cap = int(np.asarray(got).reshape(-1)[0]), _saved_allowance(b, Lq, Lk, d, dv)
+        if n <= cap:
+            return None
+        return (f"with Lq={Lq}, Lk={Lk}, d={d}, d_v={dv} and batch axes {tuple(b)}, the tensors saved "
+                f"for backward hold {n} elements, more than the {cap} allowed (q, k, v, O and one "
+                f"log-sum-exp per row; one (Lq, Lk) matrix per slice is {math.prod(b) * Lq * Lk}): "
+                "save only ctx.save_for_backward(q, k, v, o, lse) and recompute the blocks of "
+                "probabilities in backward")
+    return compare
+
+
+def _fa_bwd(q, k, v, do, bs, causal, bug=""):
+    """FlashAttention's output and gradients (float64), with one known mistake."""
+    q, k, v, do = q.double(), k.double(), v.double(), do.double()
+    Lq, Lk = q.size(-2), k.size(-2)
+    scale = 1 / math.sqrt(q.size(-1))
+    s = q @ k.transpose(-2, -1) * scale
+    allowed = torch.ones(Lq, Lk, dtype=torch.bool).tril() if causal else torch.ones(Lq, Lk, dtype=torch.bool)
+    s = s.masked_fill(~allowed, float("-inf"))
+    m = s.amax(-1, keepdim=True)
+    lse = m + (s - m).exp().sum(-1, keepdim=True).log()
+    o = (s - lse).exp() @ v
+    sb = s if causal and bug != "no causal" else q @ k.transpose(-2, -1) * scale
+    p = (sb - (m if bug == "no lse" else lse)).exp()
+    dv = p.transpose(-2, -1) @ do
+    dp = do @ v.transpose(-2, -1)
+    ds = p * dp if bug == "no D" else p * (dp - (do * o).sum(-1, keepdim=True))
+    dq = ds @ k * (1.0 if bug == "dq scale" else scale)
+    dk = ds.transpose(-2, -1) @ q * (1.0 if bug == "dk scale" else scale)
+    return o, dq, dk, dv
+
+
+def _fa_like(message, bug, out, causal_only=False):
+    def fn(q, k, v, do, bs, causal):
+        return None if causal_only and not causal else _fa_bwd(q, k, v, do, bs, causal, bug)[int(out)]
+    return like(message, fn, out=out, probes=("gradients", "float32"))
+
+
+BACKWARD_DIAGNOSES = [
+    when("the whole (Lq, Lk) matrix is held during forward or backward, in this thread or another: "
+         "save only q, k, v, O and the row log-sum-exp, and recompute one block of probabilities "
+         "at a time in backward.", lambda e: "every thread counted" in e.problem,
+         probes=("whole process",)),
+    when("the tensors saved for backward grow like Lq x Lk: an autograd.Function's forward runs "
+         "without autograd, so save only ctx.save_for_backward(q, k, v, o, lse) and recompute the "
+         "blocks in backward (plain autograd through the loop keeps every block).",
+         lambda e: "saved for backward" in e.problem),
+    when("a tensor holding a whole (Lq, Lk) matrix was created in forward or backward: keep one "
+         "(Lq, block_size) block of scores and probabilities at a time in both passes.",
+         lambda e: "Lq x Lk" in e.problem),
+    _dtype("FlashAttention"),
+    when("a gradient of q, k or v is missing: backward returns (dq, dk, dv, None, None), one "
+         "gradient per input of forward.", lambda e: any(
+             e.meta(f"{ci}.out.{i}") == "None" for ci in range(len(e.pd["calls"])) for i in (1, 2, 3))),
+    _fa_like("the probabilities in backward are exp(S - m) with the running max only: save the row "
+             "log-sum-exp lse = m + log(l) in forward and recompute P = exp(S - lse).", "no lse", "3"),
+    _fa_like("the D term is missing: dS = P * (dP - D) with D = rowsum(dO * O), the softmax's "
+             "Jacobian; dS = P * dP forgets it.", "no D", "1"),
+    _fa_like("dK is not scaled: S = Q K^T / sqrt(d), so dK = dS^T Q / sqrt(d).", "dk scale", "2"),
+    _fa_like("dQ is not scaled: S = Q K^T / sqrt(d), so dQ = dS K / sqrt(d).", "dq scale", "1"),
+    _fa_like("the causal mask is not applied in backward: recompute each block's scores with the "
+             "same mask as in forward (masked entries give P = 0).", "no causal", "3",
+             causal_only=True),
+]
+
+
 EXERCISES = [
     Exercise("online_softmax", ref="efficient_attention.online_softmax", shortcuts=("online_softmax",),
              diagnose=SOFTMAX_DIAGNOSES, probes=[
@@ -454,5 +560,29 @@ EXERCISES = [
                for b, Lq, Lk, d, dv, bs, c in _RANDOM64],
               compare=_no_full_matrix(_cases(_RANDOM64)), atol=1e-10, rtol=1e-8,
               what="float64 inputs (the result keeps the dtype)"),
+    ]),
+    Exercise("FlashAttention", ref="efficient_attention.FlashAttention", shortcuts=("flash_attention",),
+             diagnose=BACKWARD_DIAGNOSES, probes=[
+        Probe("gradients", ("test_FlashAttention_gradients",),
+              [_bwd(*case) for case in _BWD],
+              compare=_grads_only, atol=1e-10, rtol=1e-8,
+              what="float64: the output and the gradients of q, k and v against autograd's, causal "
+                   "and not, Lq != Lk, block sizes that do not divide the length"),
+        Probe("float32", ("test_FlashAttention_gradients",),
+              [_bwd((2, 2), 20, 20, 8, 6, 6, True, dtype="float32"),
+               _bwd((3,), 9, 26, 4, 5, 8, False, dtype="float32")],
+              compare=_grads_only, atol=1e-4, rtol=1e-3,
+              what="float32 inputs (the gradients keep the dtype)"),
+        Probe("saved", (memory("test_FlashAttention_memory"),),
+              [_bwd(*case, shapes=True) for case in _SAVED],
+              compare=_recomputes(_SAVED),
+              what="the tensors saved for backward and every tensor created in forward and backward"),
+        Probe("whole process", (memory("test_FlashAttention_memory"),),
+              [call(_coarse(_BIG, 8), _coarse(256, 8), _coarse(256, 2), _coarse(_BIG, 2), _BIG_BLOCK,
+                    False, method="@flash_backward"),
+               call(_coarse(_BIG, 8), _coarse(_BIG, 8), _coarse(_BIG, 2), _coarse(_BIG, 2), _BIG_BLOCK,
+                    True, method="@flash_backward", memory_limit=_ALLOWANCE)],
+              compare=_whole_process,
+              what=f"Lq = Lk = {_BIG}, forward and backward: the memory of the whole process"),
     ]),
 ]

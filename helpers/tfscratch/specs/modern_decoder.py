@@ -111,6 +111,27 @@ def _chunked(make_input, chunks, full=True, past=None):
     return calls
 
 
+def _gapped(B, T, a=0, b=None):
+    """Columns a:b of ONE (B, T) tensor of increasing positions with gaps, below 40, per row."""
+    def draw(g):
+        return torch.stack([torch.randperm(40, generator=g)[:T].sort().values for _ in range(B)])
+    return _slice_of(draw, a, T if b is None else b, f"positions{(B, T)}")
+
+
+def _positioned(B, T, d, chunks):
+    """A full pass with per-row positions, the same through the cache chunk by chunk with the
+    chunks' positions, then a full pass with (T,) positions (row 0's)."""
+    calls = [call(_seq(B, T, d), positions=_gapped(B, T))]
+    s0 = 0
+    for n in chunks:
+        kw = {} if s0 == 0 else {"cache": prev(len(calls) - 1, "1")}
+        calls.append(call(_seq(B, T, d, s0, s0 + n), positions=_gapped(B, T, s0, s0 + n), **kw))
+        s0 += n
+    row0 = Input(lambda g: _gapped(B, T).build(g)[0], f"positions({T},)")
+    calls.append(call(_seq(B, T, d), positions=row0))
+    return calls
+
+
 def _nucleus(shape, top_p, scale=1.0, boost=0.0, margin=1e-3):
     """Logits (shape) whose cumulative probabilities (most probable first) stay `margin` away
     from top_p and with no two equal logits; with `boost`, the top token of every even row is
@@ -232,6 +253,11 @@ def _dtype(what):
 
 RMS_DIAGNOSES = [
     _dtype("rms_norm"),
+    when("in half precision (bfloat16, float16) the mean of squares must be computed in float32: "
+         "upcast x (and the weight) with x.float(), normalise, and cast the result back to x's "
+         "dtype once at the end. A mean of squares, rsqrt and product rounded to bfloat16 are off "
+         "by several units in the last place; in float16, x**2 overflows past 256.",
+         lambda e: "has dtype" not in e.problem and not e.error, probes=("half",)),
     _rms_like("eps is missing: a row of zeros gives 0/0 = NaN and tiny inputs are blown up. Keep "
               "eps inside the square root: x / sqrt(mean(x**2) + eps).", lambda x, eps: _ms(x).sqrt()),
     like("you subtracted the mean: that is LayerNorm (without its bias). RMSNorm divides x itself "
@@ -403,19 +429,38 @@ def _heads(t, n):
     return t.view(B, T, n, -1).transpose(1, 2)
 
 
+def _rope_at(x, positions, base):
+    """RoPE of x (B, H, T, D) at integer positions (T,) or (B, T), float64."""
+    D = x.shape[-1]
+    inv = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    pos = positions.double()
+    pos = pos[:, None] if pos.dim() == 2 else pos           # (B, 1, T): every head
+    th = pos[..., None] * inv
+    a, b = x.double()[..., 0::2], x.double()[..., 1::2]
+    return torch.stack([a * th.cos() - b * th.sin(), a * th.sin() + b * th.cos()], -1).flatten(-2)
+
+
 def _gqa(ref, x, cache=None, rep="interleave", rope_q=True, rope_k=True, rope_v=False,
-         rope_first=False, causal=True, scale=None, offset=True, mask="offset", base=None):
-    """The reference attention (its weights) with the switches of known mistakes: (out, (k, v))."""
+         rope_first=False, causal=True, scale=None, offset=True, mask="offset", base=None,
+         positions=None, pos_mode="use"):
+    """The reference attention (its weights) with the switches of known mistakes: (out, (k, v)).
+    pos_mode (when positions are given): "use", "ignore" (offset P as without them), "no cache"
+    (ignored once a cache is given), "queries" (the keys at P.. whatever positions say)."""
     H, Hkv, base = ref.n_heads, ref.n_kv_heads, ref.base if base is None else base
     B, T, d = x.shape
     x = x.double()
     P = 0 if cache is None else cache[0].size(2)
     pos = P if offset else 0
+    if pos_mode == "ignore" or (pos_mode == "no cache" and cache is not None):
+        positions = None
     qp, kp, vp = _lin(ref.w_q, x), _lin(ref.w_k, x), _lin(ref.w_v, x)
     if rope_first:
         qp, kp = _rope(qp, pos, base), _rope(kp, pos, base)
     q, k, v = _heads(qp, H), _heads(kp, Hkv), _heads(vp, Hkv)
-    if not rope_first:
+    if not rope_first and positions is not None:
+        q = _rope_at(q, positions, base) if rope_q else q
+        k = (_rope_at(k, positions, base) if pos_mode != "queries" else _rope(k, pos, base)) if rope_k else k
+    elif not rope_first:
         q = _rope(q, pos, base) if rope_q else q
         k = _rope(k, pos, base) if rope_k else k
     if rope_v:
@@ -434,7 +479,14 @@ def _gqa(ref, x, cache=None, rep="interleave", rope_q=True, rope_k=True, rope_v=
 
 
 def _gqa_like(message, **kw):
-    return _seq_like(message, lambda ref, x, cache=None: _gqa(ref, x, cache, **kw))
+    return _seq_like(message, lambda ref, x, cache=None, positions=None:
+                     _gqa(ref, x, cache, positions=positions, **kw))
+
+
+def _pos_like(message, mode):
+    """A mistake with `positions`: only on calls that pass them (the others run as the reference)."""
+    return _seq_like(message, lambda ref, x, cache=None, positions=None:
+                     _gqa(ref, x, cache, positions=positions, pos_mode=mode), probes=("positions",))
 
 
 def _cache_per_query_head(e):
@@ -446,6 +498,15 @@ def _cache_per_query_head(e):
 
 GQA_MATCHES = ("gqa", "gqa bias", "base", "mha", "mqa")
 GQA_DIAGNOSES = [
+    when("GroupedQueryAttention.forward does not take `positions`: the signature is forward(x, "
+         "cache=None, positions=None).", lambda e: "positions" in e.error, probes=("positions",)),
+    _pos_like("`positions` was ignored once a cache is given: the new tokens sit at the positions "
+              "passed (apply_rope(..., positions=positions)), with a cache as without one; offset=P "
+              "is only the default.", "no cache"),
+    _pos_like("`positions` was ignored: when it is given, the queries and new keys are rotated at "
+              "those positions (apply_rope(..., positions=positions)), not at P, P+1, ...", "ignore"),
+    _pos_like("`positions` rotated the queries only: rotate the new keys at the same positions.",
+              "queries"),
     when("the cached keys have one copy per QUERY head: cache the keys and values before repeating "
          "them for the groups, (B, n_kv_heads, T, head_dim); that is what makes the GQA cache small.",
          _cache_per_query_head),
@@ -615,6 +676,13 @@ EXERCISES = [
                call(_shifted(3, 9, scale=0.05), randn(9), 1e-4)],
               compare=_same_dtype,
               what="random shapes, float32 and float64, eps 1e-6 to 1e-2, tiny and large scales"),
+        Probe("half", ("test_rms_norm_half",),
+              [call(_shifted(6, 64, scale=2.0, dtype="bfloat16")),
+               call(_shifted(3, 5, 48, scale=0.5, dtype="bfloat16"), eps=1e-5),
+               call(randn(4, 32, scale=300.0, dtype="float16"), randn(32, dtype="float16"))],
+              atol=1e-3, rtol=4e-3, compare=_same_dtype,
+              what="bfloat16 and float16 inputs (float16 values near 300): computed in float32 "
+                   "and rounded once, returned in the input's dtype"),
     ]),
     Exercise("RMSNorm", ref="modern_decoder.RMSNorm", shortcuts=("rms_norm",),
              diagnose=RMSNORM_DIAGNOSES, probes=[
@@ -723,6 +791,11 @@ EXERCISES = [
         Probe("cache mha", ("test_GroupedQueryAttention_cache",), make=ctor(12, 3, 3),
               load="reference", calls=_chunked(lambda a, b: _seq(3, 7, 12, a, b), (3, 4)),
               what="n_kv_heads == n_heads, chunks 3 + 4 through the cache"),
+        Probe("positions", ("test_GroupedQueryAttention_positions",), make=ctor(16, 4, 2),
+              load="reference", calls=_positioned(2, 9, 16, (4, 2, 3)),
+              what="positions per row (increasing, with gaps, up to 40): a full pass, the same "
+                   "tokens as chunks 4 + 2 + 3 through the cache with their positions, and (T,) "
+                   "positions shared by every row"),
     ]),
     Exercise("ModernDecoderLM", ref="modern_decoder.ModernDecoderLM",
              shortcuts=("attention", "multihead", "transformer"), diagnose=LM_DIAGNOSES, probes=[

@@ -429,9 +429,29 @@ def drive_batch(fn, seed, n_tokens, batch_size, context_length, calls=1, numpy=F
     return out
 
 
+def drive_flash_backward(cls, q, k, v, grad_out, block_size, causal):
+    """Notebook 10's FlashAttention (an autograd.Function): forward through `cls.apply`, then
+    backward with `grad_out`. Returns (output, dq, dk, dv, saved): `saved` is how many elements
+    the tensors saved for backward hold in all (counted by saved_tensors_hooks as the forward
+    saves them, whether by ctx.save_for_backward or by autograd through plain operations)."""
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = cls.apply(q, k, v, block_size, causal)
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        return out, None, None, None, torch.tensor(sum(saved))
+    out.backward(grad_out)
+    return out.detach(), q.grad, k.grad, v.grad, torch.tensor(sum(saved))
+
+
 DRIVERS = {"optimizer": drive_optimizer, "clip": drive_clip, "schedule": drive_schedule,
            "save": drive_save, "load": drive_load, "evaluate": drive_evaluate,
-           "batch": drive_batch}
+           "batch": drive_batch, "flash_backward": drive_flash_backward}
 
 
 # -- the machine --------------------------------------------------------------------------
