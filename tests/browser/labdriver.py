@@ -777,6 +777,23 @@ class Notebook:
                 page.set_viewport_size(self.vp)
         return Tall()
 
+    def _stable_height(self, outer: str, tries: int = 10) -> int:
+        """The notebook's height, measured until two readings agree (a busy machine can still
+        be laying out cells when the viewport grows), and never more than the panel's own
+        scrollHeight: a reading past it is a layout in progress, which photographed empty parts."""
+        measure = f"""() => {{ const o = {outer}, w = window.__tfsNb.content.widgets;
+            const last = w[w.length - 1].node.getBoundingClientRect().bottom;
+            return [Math.ceil(last - o.getBoundingClientRect().top + o.scrollTop + 40), o.scrollHeight]; }}"""
+        prev = None
+        for _ in range(tries):
+            h, full = self.page.evaluate(measure)
+            h = min(h, full)
+            if h == prev:
+                break
+            prev = h
+            self.page.wait_for_timeout(300)
+        return h
+
     def screenshot(self, path: Path, max_height: int = 16000) -> list[Path]:
         """The whole notebook: the viewport is made as tall as the notebook (at most
         max_height px; a longer notebook is photographed in parts: NAME-part2.jpg, ...)."""
@@ -790,9 +807,7 @@ class Notebook:
             view = self.page.evaluate(f"() => ({outer}).clientHeight")
             # the notebook's own height: its last cell's bottom (scrollHeight also counts the
             # empty space JupyterLab adds after the last cell so that it can scroll to the top)
-            h = self.page.evaluate(f"""() => {{ const o = {outer}, w = window.__tfsNb.content.widgets;
-                const last = w[w.length - 1].node.getBoundingClientRect().bottom;
-                return Math.ceil(last - o.getBoundingClientRect().top + o.scrollTop + 40); }}""")
+            h = self._stable_height(outer)
             # one shot when it all fits; else overlapping parts, the last one bottom-aligned
             # (never a part scrolled past the end, which photographs an empty page)
             step = max(500, view - 100)
