@@ -10,15 +10,17 @@ EXERCISES = ["online_softmax", "flash_attention", "FlashAttention"]
 SOFTMAX = '''
 def online_softmax(x, block_size):
     N = x.size(-1)
-    lowest = torch.finfo(x.dtype).min
-    m = torch.full(x.shape[:-1] + (1,), lowest, dtype=x.dtype, device=x.device)
-    l = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype, device=x.device)
+    work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    xw = x.to(work)
+    lowest = torch.finfo(work).min
+    m = torch.full(x.shape[:-1] + (1,), lowest, dtype=work, device=x.device)
+    l = torch.zeros(x.shape[:-1] + (1,), dtype=work, device=x.device)
     for start in range(0, N, block_size):
-        block = x[..., start:start + block_size]
+        block = xw[..., start:start + block_size]
         m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
         l = l * torch.exp(m - m_new) + torch.exp(block - m_new).sum(dim=-1, keepdim=True)
         m = m_new
-    return torch.exp(x - m) / l
+    return (torch.exp(xw - m) / l).to(x.dtype)
 '''
 
 FLASH = '''
@@ -140,7 +142,7 @@ def online_softmax(x, block_size):
     return torch.exp(x - m) / l
 '''),
     Mistake(S, "the running max starts at -inf: a fully masked block gives NaN",
-            r"exp\(-inf - \(-inf\)\)", _edit(SOFTMAX, "lowest = torch.finfo(x.dtype).min",
+            r"exp\(-inf - \(-inf\)\)", _edit(SOFTMAX, "lowest = torch.finfo(work).min",
                                             "lowest = float('-inf')")),
     Mistake(S, "no max at all: exp of the raw scores, summed in blocks", r"overflow", '''
 def online_softmax(x, block_size):
@@ -156,8 +158,13 @@ def online_softmax(x, block_size):
 def online_softmax(x, block_size):
     return torch.softmax(x, dim=-1)
 '''),
-    Mistake(S, "always returns float32", r"dtype", _edit(SOFTMAX, "    return torch.exp(x - m) / l",
-                                                         "    return (torch.exp(x - m) / l).float()")),
+    Mistake(S, "always returns float32", r"dtype", _edit(SOFTMAX, ".to(x.dtype)", ".float()")),
+    # issue 27: half precision
+    Mistake(S, "running max and sum kept in bfloat16/float16 (no upcast)", r"half precision.*float32",
+            _edit(SOFTMAX, "torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype",
+                  "x.dtype")),
+    Mistake(S, "upcasts to float32 but returns float32 for half inputs", r"another dtype",
+            _edit(SOFTMAX, "(torch.exp(xw - m) / l).to(x.dtype)", "torch.exp(xw - m) / l")),
     # ---------------------------------------------------------------- flash_attention
     Mistake(A, "scales by sqrt(d_v), the value size", r"sqrt\(d_v\)",
             _edit(FLASH, "math.sqrt(q.size(-1))", "math.sqrt(v.size(-1))")),
@@ -325,6 +332,9 @@ VARIANTS = [
     # ---------------------------------------------------------------- online_softmax
     Variant(S, "a while loop, -inf start and a torch.where guard on the rescale factor", '''
 def online_softmax(x, block_size):
+    dtype = x.dtype
+    if dtype in (torch.half, torch.bfloat16):
+        x = x.float()
     m = torch.full_like(x[..., :1], float("-inf"))
     l = torch.zeros_like(m)
     i = 0
@@ -337,7 +347,7 @@ def online_softmax(x, block_size):
         l = l * alpha + torch.exp(block - safe).sum(dim=-1, keepdim=True)
         m = m_new
         i += block_size
-    return torch.exp(x - m) / l
+    return (torch.exp(x - m) / l).to(dtype)
 '''),
     Variant(S, "float64 accumulators, torch.split over the blocks", '''
 def online_softmax(x, block_size):
@@ -351,14 +361,17 @@ def online_softmax(x, block_size):
 '''),
     Variant(S, "log domain: a running logsumexp of the blocks", '''
 def online_softmax(x, block_size):
-    lse = torch.full_like(x[..., :1], float("-inf"))
+    xf = x.to(torch.promote_types(x.dtype, torch.float32))  # bf16/fp16 -> float32, float64 stays
+    lse = torch.full_like(xf[..., :1], float("-inf"))
     for start in range(0, x.size(-1), block_size):
-        block_lse = torch.logsumexp(x[..., start:start + block_size], dim=-1, keepdim=True)
+        block_lse = torch.logsumexp(xf[..., start:start + block_size], dim=-1, keepdim=True)
         lse = torch.logaddexp(lse, block_lse)
-    return torch.exp(x - lse)
+    return torch.exp(xf - lse).type_as(x)
 '''),
     Variant(S, "keeps each block's exponentials and rescales them all at the end", '''
 def online_softmax(x, block_size):
+    out_dtype = x.dtype
+    x = x.float() if x.element_size() < 4 else x
     lowest = torch.finfo(x.dtype).min
     m = torch.full(x.shape[:-1] + (1,), lowest, dtype=x.dtype)
     l = torch.zeros_like(m)
@@ -370,7 +383,7 @@ def online_softmax(x, block_size):
         l = l * torch.exp(m - m_new) + e.sum(-1, keepdim=True)
         parts.append((e, m_new))
         m = m_new
-    return torch.cat([e * torch.exp(mb - m) for e, mb in parts], dim=-1) / l
+    return (torch.cat([e * torch.exp(mb - m) for e, mb in parts], dim=-1) / l).to(out_dtype)
 '''),
     # ---------------------------------------------------------------- flash_attention
     Variant(A, "blocks of queries too, skipping fully masked key blocks (as a real kernel does)", '''

@@ -30,15 +30,17 @@ def online_softmax(x, block_size):
     grows, the old sum is rescaled by exp(m_old - m_new).
     """
     N = x.size(-1)
-    lowest = torch.finfo(x.dtype).min  # a finite "minus infinity": keeps exp(m_old - m_new) free of NaN
-    m = torch.full(x.shape[:-1] + (1,), lowest, dtype=x.dtype, device=x.device)  # running max
-    l = torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype, device=x.device)  # running sum
+    work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    xw = x.to(work)  # half precision: the running statistics live in float32
+    lowest = torch.finfo(work).min  # a finite "minus infinity": keeps exp(m_old - m_new) free of NaN
+    m = torch.full(x.shape[:-1] + (1,), lowest, dtype=work, device=x.device)  # running max
+    l = torch.zeros(x.shape[:-1] + (1,), dtype=work, device=x.device)  # running sum
     for start in range(0, N, block_size):
-        block = x[..., start:start + block_size]  # (..., b)
+        block = xw[..., start:start + block_size]  # (..., b)
         m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
         l = l * torch.exp(m - m_new) + torch.exp(block - m_new).sum(dim=-1, keepdim=True)
         m = m_new
-    return torch.exp(x - m) / l  # one elementwise step with the final max and sum
+    return (torch.exp(xw - m) / l).to(x.dtype)  # one elementwise step, one rounding
 
 
 def flash_attention(q, k, v, block_size=64, causal=False):

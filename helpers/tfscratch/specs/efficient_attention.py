@@ -261,8 +261,8 @@ def _nan_rows(e, with_inf):
 
 def _dtype(what):
     return when(f"{what} returned another dtype than its input's: keep the input's dtype (no "
-                ".float() or float32 buffers at the end).", lambda e: "for float" in e.problem
-                and "keep the input's dtype" in e.problem)
+                ".float() or float32 buffers at the end).",
+                lambda e: "keep the input's dtype" in e.problem)
 
 
 SOFTMAX_DIAGNOSES = [
@@ -294,6 +294,11 @@ SOFTMAX_DIAGNOSES = [
     when("NaN or inf in rows without -inf: exp overflowed. Subtract the running max inside every "
          "block, and rescale the old sum by exp(m_old - m_new) (<= 1).",
          lambda e: _nan_rows(e, with_inf=False)),
+    when("in half precision (bfloat16, float16) the running max and sum must be kept in float32: "
+         "upcast x (x.float()), run the loop, and cast the result back to x's dtype once at the "
+         "end. A running sum in bfloat16 keeps 8 bits: once it reaches a few hundred, a block's "
+         "small sum is rounded away, and the rows no longer sum to 1.",
+         lambda e: "dtype" not in e.problem and not e.error, probes=("half",)),
 ]
 
 
@@ -510,6 +515,13 @@ EXERCISES = [
                call(randn(6, 8, scale=12.0, dtype="float64"), 3)],
               compare=_keep_dtype, atol=1e-10, rtol=1e-8,
               what="float64 inputs (the result keeps the dtype)"),
+        Probe("half", ("test_online_softmax_half",),
+              [call(randn(4, 2048, scale=0.5, dtype="bfloat16"), 4),
+               call(randn(3, 5, 1000, scale=2.0, dtype="bfloat16"), 7),
+               call(randn(2, 4096, scale=0.5, dtype="float16"), 4)],
+              compare=_keep_dtype, atol=1e-6, rtol=8e-3,
+              what="bfloat16 and float16 rows of 1000 to 4096 entries in small blocks: running "
+                   "max and sum in float32, one rounding at the end, the input's dtype returned"),
     ]),
     Exercise("flash_attention", ref="efficient_attention.flash_attention", shortcuts=("flash_attention",),
              diagnose=FLASH_DIAGNOSES, probes=[

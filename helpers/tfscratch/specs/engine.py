@@ -489,6 +489,16 @@ def _compare_float(what, got, want, p: Probe) -> str | None:
 _SIZED = re.compile(r"^(list|tuple|dict)\[\d+\]$")
 
 
+def _half_dtype(key: str, wm: dict, gm: dict) -> str | None:
+    """Half-precision values are captured as float32 numbers, so their dtype is compared from
+    the capture's record: a bfloat16 result must come back bfloat16, not float32."""
+    w, g = wm.get(key), gm.get(key)
+    if w in ("bfloat16", "float16") and isinstance(g, str) and g != w:
+        return (f"{label(key)} has dtype {g}, expected {w} for {w} inputs: keep the input's "
+                "dtype (compute in float32 inside, then cast the result back with .to(x.dtype))")
+    return None
+
+
 def judge_probe(p: Probe, want: dict, got: dict) -> str | None:
     """None when the student's captures match the reference's, else what differs."""
     wc, wm, gc, gm = want["caps"], want["meta"], got["caps"], got["meta"]
@@ -508,7 +518,7 @@ def judge_probe(p: Probe, want: dict, got: dict) -> str | None:
                 return ("the call should raise an error but returned normally" if bool(w) else
                         f"the call raised {gm.get(key, 'an error')}")
             continue
-        msg = compare_key(key, np.asarray(gc[key]), np.asarray(w), p)
+        msg = _half_dtype(key, wm, gm) or compare_key(key, np.asarray(gc[key]), np.asarray(w), p)
         if msg:
             return msg
     if p.sizes:                        # containers: as many entries as the reference's
