@@ -72,10 +72,7 @@ def write_all(out: Path, *, db_url: str | None = None, settings=None, run_items=
         if m is not None:
             it.score, it.max_score = m.score, m.max
     paths = {"grades": write_grades(out, items, names, marks)}
-    r = course.run_nbgrader(manual.course_root(out), ["export", "--to", str(out / "nbgrader_export.csv")],
-                            timeout=300)
-    if r.returncode != 0:
-        log(f"  nbgrader export reported problems: {(r.stdout + r.stderr)[-400:]}")
+    graded = _nbgrader_outputs(out, items, feedback, log)   # nbgrader's export and feedback
     paths["nbgrader_export"] = out / "nbgrader_export.csv"
     paths.update(_lms(out, items, names, marks, log))
     from . import report
@@ -84,7 +81,7 @@ def write_all(out: Path, *, db_url: str | None = None, settings=None, run_items=
     paths["report"] = out / "report.md"
     paths["review"] = manual.write_review(out, names, db_url, changed=_changed(items))
     if feedback != "none":
-        _feedback(out, items, marks, feedback, log)
+        _feedback(out, items, marks, feedback, graded)
     paths["feedback"] = out / "feedback"
     return paths
 
@@ -195,23 +192,26 @@ def _lms(out, items, names, marks, log) -> dict:
 
 # ------------------------------------------------------------------------ feedback
 
-def _feedback(out: Path, items, marks, which, log) -> None:
-    """nbgrader's generate_feedback for the chosen graded submissions, in one process; each page
-    marked where answers wait for a grader, sanitised, copied to OUT/feedback; and a page for
-    each submission that could not be graded."""
+def _nbgrader_outputs(out: Path, items, which, log) -> list:
+    """nbgrader's CSV export and its generate_feedback for the chosen graded submissions, in
+    one nbgrader process. Returns the graded Items whose feedback was regenerated."""
+    root = manual.course_root(out)
+    graded = [it for it in items if it.status == "graded" and which != "none"
+              and (which == "all" or (it.student, it.assignment) in which)]
+    everyone = {p.name for p in (root / "autograded").glob("*") if p.is_dir()}
+    r = course.export_and_feedback(root, export=out / "nbgrader_export.csv", feedback=bool(graded),
+                                   exclude=everyone - {it.student for it in graded},
+                                   timeout=600 + 5 * len(graded))
+    if r.returncode != 0:
+        log(f"  nbgrader's export or generate_feedback reported problems: {(r.stdout + r.stderr)[-600:]}")
+    return graded
+
+
+def _feedback(out: Path, items, marks, which, graded) -> None:
+    """Each regenerated feedback page marked where answers wait for a grader, sanitised, copied
+    to OUT/feedback; and a page for each submission that could not be graded."""
     from . import judges, sanitise
     root = manual.course_root(out)
-    graded = [it for it in items if it.status == "graded"
-              and (which == "all" or (it.student, it.assignment) in which)]
-    chosen = {it.student for it in graded}
-    if graded:
-        everyone = {p.name for p in (root / "autograded").glob("*") if p.is_dir()}
-        args = ["generate_feedback", "*", "--force"]
-        if everyone - chosen:
-            args.append("--CourseDirectory.student_id_exclude=" + ",".join(sorted(everyone - chosen)))
-        r = course.run_nbgrader(root, args, timeout=600 + 5 * len(graded))
-        if r.returncode != 0:
-            log(f"  generate_feedback reported problems: {(r.stdout + r.stderr)[-600:]}")
     for it in graded:
         src = root / "feedback" / it.student / it.assignment / f"{it.assignment}.html"
         dst = out / "feedback" / it.student / f"{it.assignment}.html"
