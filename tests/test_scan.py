@@ -180,21 +180,25 @@ def test_scan_code_entry_point():
                               "ModernDecoderLM").findings
 
 
-def test_table_covers_the_kernel_guard():
-    """Every name the in-kernel shortcut guard blocks is certain for the scan too."""
+def test_one_table_feeds_the_three_guards():
+    """The kernel's guard, the probe machine and the scan read one table (tfscratch.shortcuts),
+    and which exercise forbids what is said once, by its spec: every name the kernel's guard
+    blocks is certain for the scan too, and the scan checks exactly the spec's groups."""
+    from tfscratch import shortcuts
     from tfscratch.checks import core
-    group_of = {"softmax": ("softmax",), "attention": ("attention",), "multihead": ("attention",),
-                "layer_norm": ("layer_norm",), "batch_norm": ("batch_norm",),
-                "online_softmax": ("softmax",), "flash_attention": ("attention",),
-                "rms_norm": ("rms_norm", "layer_norm")}
-    for g, names in core.SHORTCUTS.items():
-        if g == "cross_entropy":  # certain only with label_smoothing= (test_label_smoothing_*)
-            continue
-        leaves = set().union(*(scan.GROUPS[x]["leaves"] for x in group_of[g]))
-        assert names <= leaves, (g, names - leaves)
-    for g, classes in core.MODULE_SHORTCUTS.items():
-        targets = {"multihead": ("attention",), "rms_norm": ("rms_norm", "layer_norm")}.get(g, (g,))
-        assert set(classes) <= set().union(*(scan.GROUPS[x]["leaves"] for x in targets))
+    from tfscratch.specs import engine
+    for g, row in shortcuts.GROUPS.items():
+        assert core._HUMAN[g] == scan.GROUPS[g]["label"] == row.label
+        if g != "cross_entropy":   # certain only with label_smoothing= (test_label_smoothing_*)
+            assert set(row.names) <= scan.GROUPS[g]["leaves"], g
+    for ex, groups in engine.shortcut_table().items():
+        assert {scan.GROUPS[g]["label"] for g in scan.exercise_groups(ex)} <= \
+            {scan.GROUPS[g]["label"] for g in groups}
+        assert bool(scan.exercise_groups(ex)) == bool(groups), ex
+    assert scan.exercise_groups("greedy_decode") == ("transformer",)   # once only in the source
+    plan, _ = engine.build_plan(next(e for e in engine.specs_for("10_efficient_attention")
+                                     if e.name == "online_softmax"), 0)
+    assert plan["forbid"] == shortcuts.plan_rows(("online_softmax",))
 
 
 # ------------------------------------------------------------------ the catalogues and solutions
@@ -203,15 +207,17 @@ ITEMS = [(m.ASSIGNMENT, kind, x) for m in MODS
          for kind, xs in (("mistake", m.MISTAKES), ("variant", m.VARIANTS)) for x in xs]
 
 
-_NAMES = {"softmax": r"torch\.softmax|F\.softmax|\.softmax\(|nn\.Softmax|softmin|log_softmax",
-          "attention": r"F\.scaled_dot_product_attention|nn\.MultiheadAttention|multi_head_attention_forward",
+_SOFTMAX_RE = r"torch\.softmax|F\.softmax|\.softmax\(|nn\.Softmax|softmin|log_softmax"
+_ATTENTION_RE = r"F\.scaled_dot_product_attention|nn\.MultiheadAttention|multi_head_attention_forward"
+_NAMES = {"softmax": _SOFTMAX_RE, "online_softmax": _SOFTMAX_RE, "attention": _ATTENTION_RE,
+          "multihead": _ATTENTION_RE, "flash_attention": _ATTENTION_RE,
           "layer_norm": r"F\.layer_norm|nn\.LayerNorm|torch\.layer_norm|group_norm|instance_norm",
           "batch_norm": r"F\.batch_norm|nn\.BatchNorm|torch\.batch_norm",
           "rms_norm": r"F\.rms_norm|nn\.RMSNorm",
           "transformer": r"nn\.Transformer",
-          "label_smoothing": r"label_smoothing=",
+          "cross_entropy": r"label_smoothing=",
           "adamw": r"torch\.optim\.Adam|optim\.AdamW",
-          "clip_grad": r"clip_grad_norm_",
+          "clip_grad_norm": r"clip_grad_norm_",
           "lr_scheduler": r"lr_scheduler"}
 
 
@@ -221,7 +227,7 @@ def _uses_shortcut(m) -> bool:
     if re.search(r"shortcut", m.hint + " " + m.description, re.I):
         return True
     said = re.sub(r"\blike \S+", "", m.description)  # "returns (out, w) like nn.MultiheadAttention"
-    return any(re.search(_NAMES[g], said) for g in scan.EXERCISE_GROUPS.get(m.exercise, ()))
+    return any(re.search(_NAMES[g], said) for g in scan.exercise_groups(m.exercise))
 
 
 @pytest.mark.parametrize("assignment", [m.ASSIGNMENT for m in MODS])

@@ -1,7 +1,7 @@
 """Issue 26, classes 3 and 4, in the probe machine itself (tfscratch/specs/vm.py).
 
 3. A forbidden shortcut by another name: while a plan's probes run, the exercise's own PyTorch
-   built-in is refused at the operator level (`vm.FORBID`), in every thread: softmin(-x),
+   built-in is refused at the operator level (the plan's rows of `tfscratch.shortcuts`), in every thread: softmin(-x),
    log_softmax(x).exp(), a name assembled at run time, torch.ops.aten, torch._refs... each is
    caught in the calling thread, in a threading.Thread (even when the thread swallows the
    error), through a ThreadPoolExecutor and in a thread started earlier that waits on a queue;
@@ -24,6 +24,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tfscratch import shortcuts
 from tfscratch.specs import vm
 
 # ------------------------------------------------------------------------------- harness
@@ -38,7 +39,7 @@ def _run(groups, fn, *args, memory_limit=0, strict=False):
         call["memory_limit"] = memory_limit
     plan = {"exercise": "f", "target": "f", "probes": [{"name": "p", "calls": [call]}]}
     if groups:
-        plan["forbid"] = list(groups)
+        plan["forbid"] = shortcuts.plan_rows(groups)
     kw = {"strict": True} if strict else {}
     res = vm.run_plan(plan, {"f": fn}, tensors=tensors, **kw)
     return res["meta"].get("p.error"), res["caps"]
@@ -208,8 +209,8 @@ def test_every_spelling_is_refused_in_every_thread(group, spelling, way):
 def test_the_message_is_the_kernel_guards():
     """The probe machine says what the kernel's own guard (tfscratch.checks.core) says."""
     from tfscratch.checks import core
-    for group, (label, _, _) in vm.FORBID.items():
-        assert label == core._HUMAN[group], group
+    for group, row in shortcuts.GROUPS.items():
+        assert row.label == core._HUMAN[group], group
     error, _ = _run(("softmax",), lambda x: F.softmin(-x, -1), X)
     assert error == ("ShortcutUsed: Shortcut used: your code called PyTorch's `softmax` (torch.softmax "
                      "/ F.softmax / Tensor.softmax / nn.Softmax). This exercise asks you to build it "
@@ -220,9 +221,9 @@ def test_the_message_is_the_kernel_guards():
 
 
 def test_every_operator_of_the_table_exists_in_this_torch():
-    """A renamed operator would silently leave a hole: each one of FORBID is an aten operator
-    with a kernel on the CPU side, and each Python function is torch's own."""
-    for group, (_, ops, paths) in vm.FORBID.items():
+    """A renamed operator would silently leave a hole: each one of the table (tfscratch.shortcuts)
+    is an aten operator with a kernel on the CPU side, and each Python function is torch's own."""
+    for group, (_, ops, paths) in shortcuts.plan_rows(shortcuts.GROUPS).items():
         for op in ops:
             assert vm._kernels(op), (group, op)
         assert len(vm._python_functions(paths, ())) == len(paths), group
@@ -294,12 +295,13 @@ def test_honest_code_is_not_refused(group, variant, way):
 
 
 def test_later_exercises_may_use_earlier_built_ins_and_the_guard_is_gone_afterwards():
+    _PY = shortcuts.GROUPS["attention"].python + shortcuts.GROUPS["softmax"].python
     before = [torch._C._dispatch_dump(f"aten::{n}") for n in ("_softmax", "softmax.int", "layer_norm")]
-    codes = [f.__code__ for _, f in vm._python_functions(vm._MHA_PY + vm._SOFTMAX_PY, vm._SOFTMAX)]
+    codes = [f.__code__ for _, f in vm._python_functions(_PY, shortcuts.GROUPS["softmax"].aten)]
     error, _ = _run(("softmax",), lambda x: torch.softmax(x, -1), X)
     assert error and "Shortcut used" in error
     assert [torch._C._dispatch_dump(f"aten::{n}") for n in ("_softmax", "softmax.int", "layer_norm")] == before
-    assert [f.__code__ for _, f in vm._python_functions(vm._MHA_PY + vm._SOFTMAX_PY, vm._SOFTMAX)] == codes
+    assert [f.__code__ for _, f in vm._python_functions(_PY, shortcuts.GROUPS["softmax"].aten)] == codes
     x = torch.from_numpy(X)
     assert torch.allclose(torch.softmax(x, -1), _softmax(x))
     assert _run(("flash_attention",), lambda x: torch.softmax(x, -1), X)[0] is None

@@ -19,9 +19,6 @@ Exporting to the reference package (`tfsgrade.reference_writer`, run by `make re
     #| default_exp attention          first line(s) of the file, before any cell: the module
                                       helpers/tfscratch/reference/attention.py that this
                                       source exports to (no line: nothing is exported)
-    #| forbid softmax: torch.softmax F.softmax    the PyTorch shortcuts the exercise(s) may not
-                                      use, as the notebook tells the learner (the manifest
-                                      carries them; `nn.Transformer*` names a family)
     # %% [solution] softmax           every solution cell is exported (markers removed)...
     # %% [solution] softmax noexport  ...unless marked noexport (a later notebook redefines it)
     # %% [export]                     supporting code the reference needs, shown as a plain cell
@@ -54,8 +51,7 @@ HEADER = re.compile(r"^# %%(?:\s+\[(?P<kind>\w+)\])?(?:\s+(?P<id>[\w.-]+))?(?:\s
                     r"(?:\s+(?P<flag>noexport))?\s*$")
 KINDS = {None, "markdown", "setup", "solution", "test", "export", "answer", "keep"}
 DIRECTIVE = re.compile(r"^#\| (?P<key>\w+) (?P<value>.+?)\s*$")
-DIRECTIVES = {"default_exp", "forbid"}
-FORBID = re.compile(r"^(?P<exercises>\w+(?:,\w+)*): (?P<names>[\w.*]+(?: [\w.*]+)*)$")
+DIRECTIVES = {"default_exp"}   # which shortcuts an exercise may not use: its spec (tfscratch.shortcuts)
 
 
 class SourceError(ValueError):
@@ -86,9 +82,8 @@ class Cell(NamedTuple):
 
 
 def directives(text: str, name: str = "<source>") -> dict:
-    """The `#| key value` lines before the first cell:
-    {"default_exp": "attention", "forbid": {"softmax": ("torch.softmax", ...), ...}}."""
-    out = {"forbid": {}}
+    """The `#| key value` lines before the first cell: {"default_exp": "attention"}."""
+    out: dict = {}
     for lineno, line in enumerate(text.splitlines(), 1):
         if line.startswith("# %%"):
             break
@@ -97,14 +92,6 @@ def directives(text: str, name: str = "<source>") -> dict:
             if m["key"] not in DIRECTIVES:
                 raise SourceError(f"{name}:{lineno}: unknown directive {line!r} "
                                   f"(known: {', '.join(sorted(DIRECTIVES))})")
-            if m["key"] == "forbid":
-                f = FORBID.match(m["value"])
-                if not f:
-                    raise SourceError(f"{name}:{lineno}: write `#| forbid exercise[,exercise]: "
-                                      f"F.name nn.Name ...`, got {line!r}")
-                for ex in f["exercises"].split(","):
-                    out["forbid"][ex] = out["forbid"].get(ex, ()) + tuple(f["names"].split())
-                continue
             if not re.fullmatch(r"[a-z_][a-z0-9_]*", m["value"]):
                 raise SourceError(f"{name}:{lineno}: {m['value']!r} is not a module name")
             out[m["key"]] = m["value"]

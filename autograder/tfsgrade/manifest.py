@@ -5,7 +5,6 @@
     m.names()                              ['01_attention', '02_masks', ...]
     nb = m["03_multihead"]
     nb.exercises[2].name, .points          'MultiHeadAttention', 17
-    nb.exercises[2].shortcuts              ('nn.MultiheadAttention', ...)  (`#| forbid` lines)
     [t.grade_id for t in nb.exercises[2].tests]
     nb.module, nb.exports                  'multihead', ('split_heads', ...)  (tfscratch.reference)
     nb.reference_imports                   what its [setup] cell imports from tfscratch.reference
@@ -37,7 +36,6 @@ class Exercise:
     name: str  # the solution cell's grade_id = the function or class it defines
     tests: tuple[Test, ...]
     exported: bool  # its solution is in tfscratch.reference
-    shortcuts: tuple[str, ...] = ()  # PyTorch calls it may not use (`#| forbid` in the source)
 
     @property
     def points(self) -> float:
@@ -137,7 +135,6 @@ def read_notebook(src: Path, earlier: tuple[str, ...] = ()) -> Notebook:
     rel = f"solutions/src/{src.name}"
     cells = build.parse_cells(text, rel)
     ex = reference_writer.collect(src)
-    forbid = build.directives(text, rel)["forbid"]
     exercises, current = [], None
     for c in cells:
         if c.kind == "solution":
@@ -148,15 +145,11 @@ def read_notebook(src: Path, earlier: tuple[str, ...] = ()) -> Notebook:
             if owner is None:
                 raise build.SourceError(f"{rel}: test cell {c.grade_id} follows no exercise")
             owner[1].append(Test(c.grade_id, c.points))
-    unknown = set(forbid) - {e[0] for e in exercises}
-    if unknown:
-        raise build.SourceError(f"{rel}: `#| forbid` names no exercise of this notebook: "
-                                f"{sorted(unknown)}")
     return Notebook(
         name=src.stem, title=reference_writer._title(cells), source=rel,
         module=ex.module if ex else None, exports=tuple(ex.names) if ex else (),
         setup_ids=tuple(c.grade_id for c in cells if c.kind == "setup"),
-        exercises=tuple(Exercise(n, tuple(t), x, forbid.get(n, ())) for n, t, x in exercises),
+        exercises=tuple(Exercise(n, tuple(t), x) for n, t, x in exercises),
         reference_imports=_reference_imports(cells), may_import=earlier,
         answers=tuple(Test(c.grade_id, c.points) for c in cells if c.kind == "answer"))
 

@@ -36,8 +36,8 @@ from pathlib import Path
 
 from .cells import meta as _meta
 from .cells import source as _src
-from .scan_rules import (  # noqa: F401  (CERTAIN, REVIEW, GROUPS, EXERCISE_GROUPS: the scan's API)
-    CERTAIN, EXERCISE_GROUPS, GROUPS, REVIEW, _ASSIGN_OK, _ATTR_CALLS, _BUILTINS, _CE_LEAVES,
+from .scan_rules import (  # noqa: F401  (CERTAIN, REVIEW, GROUPS, exercise_groups: the scan's API)
+    CERTAIN, GROUPS, REVIEW, exercise_groups, _ASSIGN_OK, _ATTR_CALLS, _BUILTINS, _CE_LEAVES,
     _CE_LS_POS, _COURSE_PATH, _DANGER, _DANGER_LEAF, _EXEC_CALLS, _HOOK_ATTRS, _MAGICS_FILES,
     _MAGICS_OK, _MAGICS_SUBPROCESS, _OPEN_CALLS, _SHELL_OK, _STAR_INTROSPECT)
 
@@ -214,7 +214,7 @@ class _Cell(ast.NodeVisitor):
         self.scopes: list[dict] = []
         self.defstack: list[_Def] = []
         self.bound_top: dict[str, int] = {}  # exercise names bound at the cell's top level
-        self.groups = EXERCISE_GROUPS.get(exercise, ()) if exercise else ()
+        self.groups = exercise_groups(exercise)
         self.line_offset = 0
 
     # ---------------------------------------------------------------- findings
@@ -682,7 +682,7 @@ class _Cell(ast.NodeVisitor):
                 and isinstance(node.func.value, ast.Call)
                 and self.resolve(node.func.value.func) == "builtins.globals"):
             self.flag(node, "tamper", REVIEW, "rebinds names through globals().update")
-        if self.exercise and "label_smoothing" in self.groups and fpath:
+        if self.exercise and any(GROUPS[g]["call_rule"] == "label_smoothing" for g in self.groups) and fpath:
             self._check_label_smoothing(node, fpath)
 
     def _check_attr_call(self, node: ast.Call, fpath: str):
@@ -942,7 +942,7 @@ class _Scanner:
             d = self.defs.get(ex)
             if not d or d.cell == idx or d.cell not in self.student_cells:
                 continue
-            groups = EXERCISE_GROUPS.get(ex, ())
+            groups = exercise_groups(ex)
             v = _Cell(self, d.cell, None, ex, True, lines_by_cell.get(d.cell, []))
             via = " (in its definition outside its own cell)"
             for path, line in d.paths:
@@ -963,7 +963,7 @@ class _Scanner:
             node = ast.Name(id=name, lineno=line)
             if val and not val.startswith(USER):
                 leaf = _leaf(val)
-                groups = EXERCISE_GROUPS.get(name, ()) if not val.startswith("tfscratch.") else ()
+                groups = exercise_groups(name) if not val.startswith("tfscratch.") else ()
                 if any(leaf in GROUPS[g]["leaves"] for g in groups) or (
                         val.startswith("tfscratch.") and leaf == name):
                     kind = "reference" if val.startswith("tfscratch.") else "shortcut"
@@ -981,7 +981,7 @@ class _Scanner:
     def transitive(self, ex_cells: list[tuple[int, str | None, str]], lines_by_cell):
         """Shortcuts reached from an exercise's cell through helpers defined elsewhere."""
         for idx, gid, exercise in ex_cells:
-            groups = EXERCISE_GROUPS.get(exercise, ())
+            groups = exercise_groups(exercise)
             seen, todo = {exercise}, []
             for name, line in self.uses.get(idx, []):
                 d = self.defs.get(name)

@@ -1,119 +1,33 @@
 """The scan's rules, as tables (a table to extend): the shortcut groups each exercise forbids
-(`GROUPS`, `EXERCISE_GROUPS`), what is flagged for review (`_DANGER`, the IPython hooks and
+(`GROUPS`, `exercise_groups`), what is flagged for review (`_DANGER`, the IPython hooks and
 magics), and the patterns the visitor in tfsgrade.scan uses. Imports nothing of tfsgrade."""
 from __future__ import annotations
 
 import re
 
+from tfscratch.shortcuts import GROUPS as _ROWS
+from tfscratch.shortcuts import scan_groups as _scan_groups
+
 CERTAIN = "certain"
 REVIEW = "review"
 
 # --------------------------------------------------------------------------- the shortcut table
-# Leaf names (the last part of a dotted path, or the operator of torch.ops.<ns>.<op>) that count
-# as the built-in of a group, wherever the path starts (torch, torch._C, torch.ops.aten, scipy,
-# the course's own package...). A superset of tfscratch.checks.core.SHORTCUTS, which a test keeps
-# in step.
+# The scan's columns of the one shortcut table (tfscratch.shortcuts), keyed by group; which
+# groups an exercise forbids is its spec's `shortcuts=` (exercise_groups), nowhere else.
 GROUPS: dict[str, dict] = {
-    "softmax": dict(
-        label="torch.softmax / F.softmax / Tensor.softmax / nn.Softmax (and softmin, log_softmax)",
-        leaves={"softmax", "_softmax", "special_softmax", "log_softmax", "_log_softmax",
-                "softmin", "Softmax", "Softmax2d", "LogSoftmax", "Softmin", "_safe_softmax",
-                "_masked_softmax", "_sparse_softmax", "_sparse_log_softmax"},
-        tensor_methods={"softmax", "log_softmax"},
-        review={"gumbel_softmax", "Categorical", "OneHotCategorical", "logits_to_probs",
-                "RelaxedOneHotCategorical"}),
-    "attention": dict(
-        label="F.scaled_dot_product_attention / nn.MultiheadAttention / F.multi_head_attention_forward",
-        leaves={"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
-                "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
-                "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-                "_scaled_dot_product_fused_attention_overrideable", "_fused_sdp_choice",
-                "flex_attention", "_flash_attention_forward", "_efficient_attention_forward",
-                "multi_head_attention_forward", "_native_multi_head_attention",
-                "MultiheadAttention", "flash_attn_func", "flash_attn_qkvpacked_func",
-                "memory_efficient_attention", "_transformer_encoder_layer_fwd"},
-        tensor_methods=set(), review=set()),
-    "layer_norm": dict(
-        label="F.layer_norm / nn.LayerNorm / torch.layer_norm (and group/instance/rms norm)",
-        leaves={"layer_norm", "native_layer_norm", "LayerNorm", "group_norm", "native_group_norm",
-                "GroupNorm", "rms_norm", "_fused_rms_norm", "RMSNorm", "instance_norm",
-                "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"},
-        tensor_methods=set(), review=set()),
-    "batch_norm": dict(
-        label="F.batch_norm / nn.BatchNorm1d / torch.batch_norm (and instance norm)",
-        leaves={"batch_norm", "native_batch_norm", "_native_batch_norm_legit",
-                "_native_batch_norm_legit_no_training", "_native_batch_norm_legit_functional",
-                "_batch_norm_impl_index", "_batch_norm_with_update", "_batch_norm_no_update",
-                "cudnn_batch_norm", "miopen_batch_norm", "batch_norm_stats", "batch_norm_elemt",
-                "batch_norm_gather_stats", "batch_norm_gather_stats_with_counts",
-                "batch_norm_update_stats", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
-                "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "SyncBatchNorm",
-                "instance_norm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
-                "_BatchNorm", "_NormBase", "_InstanceNorm", "_LazyNormBase"},
-        tensor_methods=set(), review=set()),
-    "rms_norm": dict(
-        label="F.rms_norm / nn.RMSNorm",
-        leaves={"rms_norm", "_fused_rms_norm", "RMSNorm"}, tensor_methods=set(), review=set()),
-    "transformer": dict(
-        label="PyTorch's nn.Transformer* classes",
-        leaves={"Transformer", "TransformerEncoder", "TransformerDecoder",
-                "TransformerEncoderLayer", "TransformerDecoderLayer",
-                "_transformer_encoder_layer_fwd"},
-        tensor_methods=set(), review=set()),
-    # 12's exercises share their names with PyTorch's (a student's own class `AdamW`, a function
-    # `clip_grad_norm`): these groups count only paths that start at one of their `roots`.
-    "adamw": dict(
-        label="torch.optim.AdamW / torch.optim.Adam (and their functional forms)",
-        leaves={"AdamW", "Adam", "adamw", "adam", "_single_tensor_adamw", "_multi_tensor_adamw",
-                "_fused_adamw", "_fused_adamw_", "_single_tensor_adam", "_multi_tensor_adam",
-                "_fused_adam", "_fused_adam_", "SparseAdam", "Adamax", "NAdam", "RAdam"},
-        roots=("torch",), tensor_methods=set(), review=set()),
-    "clip_grad": dict(
-        label="torch.nn.utils.clip_grad_norm_ (and its norm helpers)",
-        leaves={"clip_grad_norm_", "clip_grad_norm", "clip_grads_with_norm_",
-                "_clip_grads_with_norm_", "get_total_norm", "_get_total_norm"},
-        roots=("torch",), tensor_methods=set(), review=set()),
-    "lr_scheduler": dict(
-        label="torch.optim.lr_scheduler",
-        leaves={"lr_scheduler", "LambdaLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts",
-                "LinearLR", "SequentialLR", "OneCycleLR", "MultiplicativeLR", "LRScheduler",
-                "ChainedScheduler", "PolynomialLR"},
-        modules={"lr_scheduler"}, roots=("torch",), tensor_methods=set(), review=set()),
-    # label_smoothing is a call rule (cross_entropy with label_smoothing=...), see _check_call.
-    "label_smoothing": dict(label="F.cross_entropy(..., label_smoothing=...)", leaves=set(),
-                            tensor_methods=set(), review=set()),
-}
+    g: dict(label=r.label, leaves=set(r.leaves), tensor_methods=set(r.tensor_methods),
+            review=set(r.review), roots=r.roots, modules=set(r.modules), call_rule=r.call_rule)
+    for g, r in _ROWS.items()}
 
-# Exercise (solution cell grade_id) -> the groups forbidden inside it. Keyed by name: the names
-# are fixed by COURSE_SPEC section 3 and mean the same thing wherever they appear.
-EXERCISE_GROUPS: dict[str, tuple[str, ...]] = {
-    "softmax": ("softmax",),
-    "online_softmax": ("softmax",),
-    "scaled_dot_product_attention": ("attention",),
-    "MultiHeadAttention": ("attention",),
-    "CausalSelfAttention": ("attention",),
-    "GroupedQueryAttention": ("attention",),
-    "flash_attention": ("attention",),
-    "FlashAttention": ("attention",),
-    "DecoderOnlyLM": ("attention", "transformer"),
-    "ModernDecoderLM": ("attention", "transformer"),
-    "layer_norm": ("layer_norm",),
-    "LayerNorm": ("layer_norm",),
-    "batch_norm": ("batch_norm",),
-    "BatchNorm": ("batch_norm",),
-    "rms_norm": ("rms_norm",),
-    "RMSNorm": ("rms_norm",),
-    "FeedForward": ("transformer",),
-    "EncoderLayer": ("transformer",),
-    "DecoderLayer": ("transformer",),
-    "Encoder": ("transformer",),
-    "Decoder": ("transformer",),
-    "Transformer": ("transformer",),
-    "label_smoothing_cross_entropy": ("label_smoothing",),
-    "AdamW": ("adamw",),
-    "clip_grad_norm": ("clip_grad",),
-    "cosine_schedule": ("lr_scheduler",),
-}
+
+def exercise_groups(exercise: str | None) -> tuple[str, ...]:
+    """The groups the scan checks inside `exercise` (a solution cell's grade_id): its spec's
+    `shortcuts=`, one per distinct scan rule. Exercises without a spec forbid nothing."""
+    if not exercise:
+        return ()
+    from tfscratch.specs import engine
+    return _scan_groups(engine.shortcut_table().get(exercise, ()))
+
 
 _ATTR_CALLS = ("builtins.getattr", "builtins.hasattr", "inspect.getattr_static",
                "builtins.setattr", "builtins.delattr")

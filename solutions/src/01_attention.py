@@ -1,6 +1,4 @@
 #| default_exp attention
-#| forbid softmax: torch.softmax F.softmax Tensor.softmax nn.Softmax
-#| forbid scaled_dot_product_attention: F.scaled_dot_product_attention
 # %% [markdown]
 # # 01 · Attention: a weighted average you can compute by hand
 #

@@ -1,5 +1,4 @@
 #| default_exp masks
-#| forbid scaled_dot_product_attention: F.scaled_dot_product_attention
 # %% [markdown]
 # # 02 · Masks: padding, causality, and what $-\infty$ does to softmax
 #

@@ -1,5 +1,4 @@
 #| default_exp multihead
-#| forbid MultiHeadAttention: nn.MultiheadAttention F.multi_head_attention_forward F.scaled_dot_product_attention
 # %% [markdown]
 # # 03 · Multi-head attention: several small attentions side by side
 #

@@ -1,7 +1,4 @@
 #| default_exp norm
-#| forbid layer_norm,LayerNorm: F.layer_norm nn.LayerNorm torch.layer_norm F.rms_norm
-#| forbid batch_norm,BatchNorm: F.batch_norm nn.BatchNorm1d torch.batch_norm
-#| forbid rms_norm: F.rms_norm nn.RMSNorm
 # %% [markdown]
 # # 04 · Normalisation: LayerNorm versus BatchNorm
 #

@@ -1,5 +1,4 @@
 #| default_exp blocks
-#| forbid FeedForward,EncoderLayer,DecoderLayer,Encoder,Decoder: nn.Transformer*
 # %% [markdown]
 # # 06 · Blocks: feed-forward networks, residuals, encoder and decoder layers
 #

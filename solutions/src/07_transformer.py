@@ -1,6 +1,4 @@
 #| default_exp transformer
-#| forbid Transformer,teacher_forcing_loss,greedy_decode: nn.Transformer*
-#| forbid label_smoothing_cross_entropy: F.cross_entropy nn.CrossEntropyLoss
 # %% [markdown]
 # # 07 · The Transformer: the whole model, trained and looked inside
 #

@@ -1,6 +1,4 @@
 #| default_exp decoder_only
-#| forbid CausalSelfAttention: F.scaled_dot_product_attention nn.MultiheadAttention
-#| forbid DecoderOnlyLM,generate: F.scaled_dot_product_attention nn.MultiheadAttention nn.Transformer*
 # %% [markdown]
 # # 08 · Decoder-only: a GPT-style model, sampling and a KV cache
 #

@@ -1,6 +1,4 @@
 #| default_exp modern_decoder
-#| forbid rms_norm,RMSNorm: F.rms_norm nn.RMSNorm
-#| forbid GroupedQueryAttention,ModernDecoderLM: F.scaled_dot_product_attention nn.MultiheadAttention
 # %% [markdown]
 # # 09 · A modern decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention, nucleus sampling
 #
@@ -37,9 +35,9 @@
 # `scaled_dot_product_attention` with a boolean mask, as you built it in 01-02), `nn.Linear`,
 # `nn.Embedding`, `F.silu`, `torch.softmax`, `torch.sort`, `torch.cumsum`. You may **not** use
 # `F.rms_norm` / `nn.RMSNorm` (or LayerNorm) inside the RMSNorm exercises, nor
-# `F.scaled_dot_product_attention` or `nn.MultiheadAttention` inside your attention: the checks
-# notice. They compare your code with the course's reference, which equals those PyTorch
-# functions.
+# `F.scaled_dot_product_attention` or `nn.MultiheadAttention` inside your attention and model,
+# nor PyTorch's `nn.Transformer*` classes inside `ModernDecoderLM`: the checks notice. They
+# compare your code with the course's reference, which equals those PyTorch functions.
 
 # %% [setup] setup_imports
 import math

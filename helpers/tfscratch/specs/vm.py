@@ -19,7 +19,7 @@ inputs that ask for them for a given upstream gradient (`backward`), and whether
 (`after`), parameter names and shapes (`params`) and parameter gradients are captured.
 
 While a plan's probes run, the shortcut groups it names (`"forbid"`: the exercise's own
-PyTorch built-ins, `FORBID`) are refused at the operator level, in every thread (`_Guard`);
+PyTorch built-ins, rows of tfscratch.shortcuts carried by the plan) are refused at the operator level, in every thread (`_Guard`);
 a call with `"memory_limit": bytes` measures how much the whole process's resident memory grows
 while it runs (every thread counted) and captures the growth when it passes that allowance;
 in the grading sandbox (`strict`), a process of the student's running beside a guarded plan
@@ -658,62 +658,9 @@ class ShortcutUsed(RuntimeError):
     """The exercise's own PyTorch built-in ran while its probes did."""
 
 
-# The aten operators that each shortcut group (an Exercise's `shortcuts=`) ends in, whatever
-# the spelling: torch.softmax, F.softmin(-x), torch.log_softmax(x).exp(), getattr(torch, "soft" +
-# "max"), torch.ops.aten._softmax, Categorical(logits=x).probs, flex_attention, a function
-# torch.compile'd earlier (run eagerly while the guard is on) all reach one of them, in any
-# thread (tests/test_vm_guard.py checks each spelling with torch 2.13, and that honest code
-# reaches none). Composite operators (softmax.int, layer_norm, rms_norm...) are listed too:
-# below them their decomposition is plain arithmetic, as an honest solution's is.
-_SOFTMAX = ("softmax", "log_softmax", "special_softmax", "special_log_softmax", "_softmax",
-            "_log_softmax", "_safe_softmax", "_masked_softmax", "_sparse_softmax",
-            "_sparse_log_softmax")
-_ATTENTION = ("scaled_dot_product_attention", "_fused_sdp_choice",
-              "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention_for_cpu",
-              "_safe_softmax", "_native_multi_head_attention")
-_LAYER_NORM = ("layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "rms_norm",
-               "_fused_rms_norm")
-_BATCH_NORM = ("batch_norm", "instance_norm", "_batch_norm_impl_index", "native_batch_norm",
-               "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
-               "_native_batch_norm_legit_functional", "_batch_norm_with_update",
-               "_batch_norm_with_update_functional", "_batch_norm_no_update")
-# Python functions of torch that compute the same from basic operators (so no operator above
-# sees them), as paths under `torch`: nn.MultiheadAttention's own math, the Transformer classes,
-# torch._refs. The decompositions of the operators above (torch._decomp) are added to them.
-_MHA_PY = ("nn.functional.multi_head_attention_forward", "nn.MultiheadAttention.forward")
-_SOFTMAX_PY = ("_refs.softmax", "_refs.log_softmax", "_refs.special.softmax",
-               "_refs.special.log_softmax", "_refs.nn.functional.softmax",
-               "_refs.nn.functional.softmin", "_refs.nn.functional.log_softmax")
-_NORM_PY = ("_refs.nn.functional.layer_norm", "_refs.nn.functional.group_norm")
-_TRANSFORMER_PY = tuple(f"nn.{c}.forward" for c in (
-    "Transformer", "TransformerEncoder", "TransformerDecoder", "TransformerEncoderLayer",
-    "TransformerDecoderLayer"))
-_ADAM_PY = ("optim.Adam.step",)    # torch.optim.AdamW's step is Adam's
-_CLIP_PY = ("nn.utils.clip_grad_norm_", "nn.utils.get_total_norm", "nn.utils.clip_grads_with_norm_")
-_SCHED_PY = ("optim.lr_scheduler.LRScheduler.__init__",)
-# What the student reads: the labels of the kernel's own guard (tfscratch.checks.core._HUMAN,
-# kept equal by tests/test_vm_guard.py), so both say the same.
-FORBID = {   # group: (label, aten operators, Python functions)
-    "softmax": ("torch.softmax / F.softmax / Tensor.softmax / nn.Softmax", _SOFTMAX, _SOFTMAX_PY),
-    "online_softmax": ("torch.softmax / F.softmax / Tensor.softmax / F.log_softmax", _SOFTMAX,
-                       _SOFTMAX_PY),
-    "attention": ("F.scaled_dot_product_attention", _ATTENTION, _MHA_PY),
-    "multihead": ("nn.MultiheadAttention / F.multi_head_attention_forward / "
-                  "F.scaled_dot_product_attention", _ATTENTION, _MHA_PY),
-    "flash_attention": ("F.scaled_dot_product_attention", _ATTENTION, _MHA_PY),
-    "layer_norm": ("F.layer_norm / nn.LayerNorm / torch.layer_norm / F.rms_norm / nn.RMSNorm",
-                   _LAYER_NORM, _NORM_PY),
-    "batch_norm": ("F.batch_norm / nn.BatchNorm1d / torch.batch_norm", _BATCH_NORM, ()),
-    "rms_norm": ("F.rms_norm / nn.RMSNorm / F.layer_norm / nn.LayerNorm",
-                 ("rms_norm", "_fused_rms_norm", "layer_norm", "native_layer_norm"), _NORM_PY),
-    "cross_entropy": ("F.cross_entropy / nn.CrossEntropyLoss", ("cross_entropy_loss",), ()),
-    "transformer": ("PyTorch's nn.Transformer* classes", ("_transformer_encoder_layer_fwd",),
-                    _TRANSFORMER_PY),
-    # 12: the optimizer, the clipping and the schedule built by hand
-    "adamw": ("torch.optim.AdamW / torch.optim.Adam", ("_fused_adamw_", "_fused_adam_"), _ADAM_PY),
-    "clip_grad_norm": ("torch.nn.utils.clip_grad_norm_ / get_total_norm", (), _CLIP_PY),
-    "lr_scheduler": ("torch.optim.lr_scheduler", (), _SCHED_PY),
-}
+# The shortcut groups come with the plan (`"forbid": {group: [label, aten operators, Python
+# functions of torch]}`, the rows of tfscratch.shortcuts the exercise names): this text imports
+# nothing of the course package, which the student's code may have patched.
 _PUBLIC = {"cross_entropy_loss": "cross_entropy"}    # the name an operator is called by
 # the CPU side of the dispatcher (meta tensors hold no values; torch.compile is held eager)
 _KEYS = ("CPU", "SparseCPU", "SparseCsrCPU", "MkldnnCPU", "QuantizedCPU", "NestedTensorCPU",
@@ -802,8 +749,11 @@ class _Guard:
     `strict` (the grading sandbox), whether a process of the student's ran meanwhile (it would
     be out of every rule here: the guard, the memory measure)."""
 
-    def __init__(self, groups, strict: bool = False):
-        self.groups = [g for g in groups or () if g in FORBID]
+    def __init__(self, forbid=None, strict: bool = False):
+        if forbid is not None and not isinstance(forbid, dict):   # never a silent empty guard
+            raise TypeError("a plan's forbid is {group: [label, aten operators, Python functions]}")
+        self.forbid = {g: (row[0], tuple(row[1]), tuple(row[2])) for g, row in (forbid or {}).items()}
+        self.groups = list(self.forbid)
         self.strict = strict
         self.trips, self.swapped, self.lib, self.stance = [], [], None, None
         self.problem = None
@@ -824,11 +774,11 @@ class _Guard:
 
     def _install(self):
         self.lib = torch.library.Library("aten", "IMPL")
-        label = ", ".join(FORBID[g][0] for g in self.groups)
+        label = ", ".join(self.forbid[g][0] for g in self.groups)
         with warnings.catch_warnings():   # "overriding a previously registered kernel"
             warnings.simplefilter("ignore")
             for g in self.groups:
-                _, ops, paths = FORBID[g]
+                _, ops, paths = self.forbid[g]
                 for op in ops:
                     for name, key in _kernels(op):
                         self.lib.impl(name, self._refuser(op, label), key)
@@ -855,7 +805,7 @@ class _Guard:
         lazy imports do, changes nothing here) and the refused functions' code."""
         keys = {}
         for g in self.groups:
-            for op in FORBID[g][1]:
+            for op in self.forbid[g][1]:
                 for name, key in _kernels(op):
                     keys.setdefault(name, set()).add(key)
         lines = [ln for name in sorted(keys)
