@@ -804,7 +804,7 @@ class Notebook:
         jpeg = path.suffix.lower() in (".jpg", ".jpeg")
         paths = []
         with self._tall_viewport(h, max_height):
-            view = self.page.evaluate(f"() => ({outer}).clientHeight")
+            view = self._settled_view(outer)
             # the notebook's own height: its last cell's bottom (scrollHeight also counts the
             # empty space JupyterLab adds after the last cell so that it can scroll to the top)
             h = self._stable_height(outer)
@@ -817,13 +817,36 @@ class Notebook:
                 self.page.evaluate(f"(y) => ({outer}).scrollTo(0, y)", top)
                 self.page.wait_for_timeout(100)
                 p = path if k == 0 else path.with_name(f"{path.stem}-part{k + 1}{path.suffix}")
-                if jpeg:
-                    self.page.screenshot(path=str(p), type="jpeg", quality=70)
-                else:
-                    self.page.screenshot(path=str(p))
+                self._shoot_rendered(p, jpeg)
                 paths.append(p)
             self.page.evaluate(f"() => ({outer}).scrollTo(0, 0)")
         return paths
+
+    def _settled_view(self, outer: str, tries: int = 20) -> int:
+        """The panel's visible height once the taller viewport has reached it (a busy machine
+        read the old, short one and photographed a long notebook in dozens of parts)."""
+        prev = None
+        for _ in range(tries):
+            view = self.page.evaluate(f"() => ({outer}).clientHeight")
+            if view == prev:
+                return view
+            prev = view
+            self.page.wait_for_timeout(250)
+        return prev
+
+    def _shoot_rendered(self, p: Path, jpeg: bool, tries: int = 12) -> None:
+        """One part of the notebook, taken again while it shows nothing: JupyterLab's windowed
+        notebook renders the cells scrolled into view a moment later, and a busy machine
+        photographed that moment (an empty part). A part still empty after the retries is kept,
+        and the test says so."""
+        for _ in range(tries):
+            if jpeg:
+                self.page.screenshot(path=str(p), type="jpeg", quality=70)
+            else:
+                self.page.screenshot(path=str(p))
+            if shot_is_blank(p) is None:
+                return
+            self.page.wait_for_timeout(500)
 
     def cell_screenshot(self, index: int, path: Path, part: str = "cell"):
         """One cell (part="cell") or only its outputs (part="output")."""
