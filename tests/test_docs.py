@@ -53,3 +53,18 @@ def test_backticked_paths_and_names_exist(doc):
     missing = sorted({p for p in _paths(text) if not (REPO / p).exists()})
     unknown = sorted({n for n in _names(text) if not _resolves(n)})
     assert not missing and not unknown, f"{doc.name}: paths {missing}; names {unknown}"
+
+
+def test_the_readmes_counts_are_the_courses():
+    """The README's counts of notebooks and points are the manifest's: a row that still says
+    "8 notebooks" or "189/189" after notebooks were added fails here."""
+    from tfsgrade import manifest
+    m = manifest.load()
+    n, auto = len(m.names()), sum(e.points for nb in m for e in nb.exercises)
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    said = {int(x) for x in re.findall(r"\b(?:all|x) (\d+) notebooks\b", text)}
+    assert said == {n}, f"the README counts {sorted(said)} notebooks; the course has {n}"
+    scores = set(re.findall(r"\| (\d+)/(\d+) \|", text))
+    assert scores and all(int(a) == int(b) == auto for a, b in scores), (scores, auto)
+    rows = [ln for ln in text.splitlines() if re.match(r"\| `\d\d_\w+` \|", ln)]
+    assert len(rows) == n, f"the notebook table has {len(rows)} rows; the course has {n}"

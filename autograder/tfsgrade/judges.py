@@ -1,8 +1,13 @@
 """Judges and feedback hygiene: what the coordinator decides outside the student's process.
 
-The merge stage calls every function of `merge.JUDGES` after nbgrader has scored the
-executed notebooks; the feedback stage calls every function of `feedback.HYGIENE` on each
-feedback page. This module plugs the pure modules in:
+The merge stage runs the judges of `in_order()` after nbgrader has scored the executed
+notebooks (one protocol: `judge(items, settings, gradebook) -> None`; a judge may change
+automatic scores through nbgrader's Gradebook API and add to `item.reasons` / `item.flags`);
+`clean_autograded` runs before nbgrader writes the feedback and `sanitise_page` on each page.
+This module plugs the pure modules in:
+
+- `verdict_judge` (tfsgrade.verdict): the coordinator's own check of every graded cell an
+  exercise spec backs, against the reference on the submission's own seed. It runs first.
 
 - `scan_judge`: the static scan (tfsgrade.scan) of every submission. A certain shortcut scores
   the exercise's test cells 0 through nbgrader's Gradebook API (an automatic score of 0 marked
@@ -26,6 +31,14 @@ from pathlib import Path
 import nbformat
 
 from . import hygiene, scan, similarity
+
+
+def in_order() -> list:
+    """The judges, in the order they run; the order matters: the verdict writes every backed
+    cell's automatic score, then the scan's certain shortcuts set the exercise's cells to 0 over
+    it, then the copying signals (flags only, never a score)."""
+    from .verdict import verdict_judge     # imports torch and the specs: only when grading
+    return [verdict_judge, scan_judge, similarity_judge]
 
 
 def _course_nb(s, folder: str, a: str):

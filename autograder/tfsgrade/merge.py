@@ -1,12 +1,12 @@
 """Stage 3, judge and merge: the coordinator alone writes the gradebook.
 
 The executed notebooks (from the sandboxed tasks) go into a staging course that holds this
-run's notebooks only and writes the term's gradebook, and nbgrader's autograde scores them with its own preprocessors (locked cells
-restored from the gradebook, SaveAutoGrades) but without executing anything: the course's
-nbgrader_config swaps Execute for RanInSandbox, which only accepts outputs that the sandbox
-produced for exactly this cell text. Then the judges run: functions that may lower or
-flag what nbgrader scored (JUDGES; the static scan, similarity and the coordinator's own
-verdict plug in there) through nbgrader's Gradebook API; hand grades are carried over
+run's notebooks only and writes the term's gradebook, and nbgrader's autograde scores them
+with its own preprocessors (locked cells restored from the gradebook, SaveAutoGrades) but
+without executing anything: the course's nbgrader_config swaps Execute for RanInSandbox, which
+only accepts outputs that the sandbox produced for exactly this cell text. Then the judges run,
+in the order `tfsgrade.judges.in_order()` documents (the coordinator's verdict, the static
+scan, the copying signals), through nbgrader's Gradebook API; hand grades are carried over
 (tfsgrade.hand) and this run's folders move into the term's course directory (OUT/course).
 """
 from __future__ import annotations
@@ -16,15 +16,7 @@ import shutil
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from . import course, hand, sanitise, term
-
-
-def _judges():
-    # judge(items, settings, gradebook) -> None; may change grades via the Gradebook API and
-    # append to item.reasons / item.flags (tfsgrade.judges: the static scan, similarity)
-    # the coordinator's verdict first: the scan's manual zeros then override it
-    from . import judges, verdict
-    return [verdict.verdict_judge, judges.scan_judge, judges.similarity_judge]
+from . import course, hand, judges, sanitise, term
 
 
 class RanInSandbox(NbGraderPreprocessor):
@@ -142,7 +134,7 @@ def merge(items, s) -> None:
         if r.returncode != 0:
             s.log(f"  nbgrader autograde reported problems: {(r.stdout + r.stderr)[-800:]}")
     with Gradebook(s.db_url) as gb:
-        for judge in _judges():
+        for judge in judges.in_order():   # one protocol, one documented order
             judge(items, s, gb)
         hand.carry(pending, s, stage, gb)   # hand grades kept; answers edited since: flagged
         _move_in(pending, s, stage)
