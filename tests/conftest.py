@@ -23,9 +23,9 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # longest first as workers free up, so that no long group starts last while the other worker
 # idles. (xdist's own --dist loadgroup cannot do this under pytest 9: it renames node ids,
 # which pytest 9 no longer allows; the scheduler below is xdist's loadscope keyed by group.)
-GROUPS_LONGEST_FIRST = ["browser", "test_grading_roundtrip.py", "test_grading_damage.py",
-                        "test_grading_cluster.py", "test_grading_class.py", "class01_shared",
-                        "class_trust", "test_term.py", "test_scaffold.py", "test_catalogue.py", "test_specs.py",
+GROUPS_LONGEST_FIRST = ["browser", "test_grading_roundtrip.py", "class_trust", "test_grading_damage.py",
+                        "test_grading_cluster.py", "test_term.py", "test_scaffold.py",
+                        "test_grading_class.py", "class01_shared", "test_catalogue.py", "test_specs.py",
                         "test_wheel.py", "test_scan.py", "test_grading_postgres.py"]
 
 
@@ -57,6 +57,22 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_collection_modifyitems(config, items):
     rank = {g: i for i, g in enumerate(GROUPS_LONGEST_FIRST)}
     items.sort(key=lambda it: rank.get(_group(it.nodeid), len(rank)))  # stable
+
+
+_GROUP_SECONDS: dict = {}   # what each group cost (setup, call and teardown of its tests)
+
+
+def pytest_runtest_logreport(report):
+    g = _group(report.nodeid)
+    _GROUP_SECONDS[g] = _GROUP_SECONDS.get(g, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The longest groups and their seconds, so that GROUPS_LONGEST_FIRST can follow them."""
+    top = sorted(_GROUP_SECONDS.items(), key=lambda kv: -kv[1])[:16]
+    if top and len(_GROUP_SECONDS) > 1:
+        terminalreporter.write_line("test groups by time (s): " + ", ".join(
+            f"{g} {sec:.0f}" for g, sec in top))
 
 
 _SANDBOX: list = []   # [None] when bubblewrap starts a sandbox here, else [the reason]
