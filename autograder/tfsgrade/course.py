@@ -90,7 +90,11 @@ def _limit_memory(gb: float):
 def run_nbgrader(root: Path, args: list[str], *, timeout: float | None = None,
                  mem_gb: float | None = None) -> subprocess.CompletedProcess:
     """Run `nbgrader ARGS` in the course directory; never raises on a non-zero exit."""
-    cmd = [sys.executable, "-m", "nbgrader", *args]
+    return _run(root, [sys.executable, "-m", "nbgrader", *args], timeout, mem_gb)
+
+
+def _run(root: Path, cmd: list, timeout: float | None, mem_gb: float | None) -> subprocess.CompletedProcess:
+    """One nbgrader process in the course directory, memory-capped; a time-out is exit 124."""
     try:
         return subprocess.run(cmd, cwd=root, env=nbgrader_env(), capture_output=True, text=True,
                               timeout=timeout, preexec_fn=_limit_memory(mem_gb or 0))
@@ -134,13 +138,7 @@ def export_and_feedback(root: Path, *, export: Path | None, feedback: bool, excl
     importing nbgrader's apps costs about 3 s, paid once instead of twice. Never raises on a
     failure; the caller reads the return code and the output."""
     job = {"export": str(export) if export else None, "feedback": feedback, "exclude": sorted(exclude)}
-    cmd = [sys.executable, "-c", EXPORT_AND_FEEDBACK, json.dumps(job)]
-    try:
-        return subprocess.run(cmd, cwd=root, env=nbgrader_env(), capture_output=True, text=True,
-                              timeout=timeout, preexec_fn=_limit_memory(mem_gb or 0))
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return subprocess.CompletedProcess(cmd, 124, out, f"[timed out after {timeout}s]")
+    return _run(root, [sys.executable, "-c", EXPORT_AND_FEEDBACK, json.dumps(job)], timeout, mem_gb)
 
 
 GENERATE = """
