@@ -177,10 +177,10 @@ def _cases(table):
 # The same rule for the whole process: the shapes above are those the calling thread creates
 # (a dispatch hook is thread-local), so one large call also measures how much the process's
 # resident memory grows (every thread counted, vm._measured). With Lq = Lk = 4096 one
-# float32 (Lq, Lk) matrix is 64 MB, fresh pages every time (the allocator maps anything over
-# 32 MB anew), and attention that passes the values probes holds at least one; blockwise
+# float32 (Lq, Lk) matrix is 64 MB, fresh pages every time (while measuring, the allocator maps
+# every block of 1 MB or more anew and unmaps it when freed: vm._steady_allocator), and attention that passes the values probes holds at least one; blockwise
 # attention holds (Lq, block_size) blocks of 1 MB (2 MB in float64), a few at a time: 5 MB
-# measured for the solution, 20 MB at most for the catalogue's float64 variant (the
+# measured for the solution, 16 MB for the catalogue's float64 forward + backward (the
 # allocator's own slack included). The allowance is 3/4 of one float32 matrix. A first call
 # with the same queries and 256 keys runs the same code paths on blocks of the same size
 # (lazy imports, the allocator's first growth) and is not measured.
