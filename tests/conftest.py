@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+import tfsgrade  # noqa: F401 - first: notebooks are read without the 1.2 s IRI checker (its __init__)
+
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 os.environ.setdefault("MPLBACKEND", "Agg")

@@ -90,7 +90,12 @@ def _limit_memory(gb: float):
 def run_nbgrader(root: Path, args: list[str], *, timeout: float | None = None,
                  mem_gb: float | None = None) -> subprocess.CompletedProcess:
     """Run `nbgrader ARGS` in the course directory; never raises on a non-zero exit."""
-    return _run(root, [sys.executable, "-m", "nbgrader", *args], timeout, mem_gb)
+    return _run(root, [sys.executable, "-c", NBGRADER, *args], timeout, mem_gb)
+
+
+# The first line of every nbgrader process we start (tfsgrade/__init__.py says why).
+NO_IRI = "import sys; sys.modules.setdefault('rfc3987_syntax', None)\n"
+NBGRADER = NO_IRI + "from nbgrader.apps.nbgraderapp import main\nsys.argv[0] = 'nbgrader'\nsys.exit(main())\n"
 
 
 def _run(root: Path, cmd: list, timeout: float | None, mem_gb: float | None) -> subprocess.CompletedProcess:
@@ -104,7 +109,7 @@ def _run(root: Path, cmd: list, timeout: float | None, mem_gb: float | None) -> 
         return subprocess.CompletedProcess(cmd, 124, out, err + f"\n[timed out after {timeout}s]")
 
 
-EXPORT_AND_FEEDBACK = """
+EXPORT_AND_FEEDBACK = NO_IRI + """
 import json
 import sys
 from nbgrader.api import Gradebook
@@ -141,7 +146,7 @@ def export_and_feedback(root: Path, *, export: Path | None, feedback: bool, excl
     return _run(root, [sys.executable, "-c", EXPORT_AND_FEEDBACK, json.dumps(job)], timeout, mem_gb)
 
 
-GENERATE = """
+GENERATE = NO_IRI + """
 import sys
 from nbgrader.apps import NbGraderAPI
 from nbgrader.coursedir import CourseDirectory

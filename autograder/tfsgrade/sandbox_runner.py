@@ -25,6 +25,10 @@ import signal
 import sys
 import time
 
+# jsonschema's optional IRI checker builds a Lark grammar at import: 1.2 s of every task's
+# start for a format no notebook has (tfsgrade/__init__.py)
+sys.modules.setdefault("rfc3987_syntax", None)
+
 
 def _limit(cfg):
     lim = cfg["limits"]
