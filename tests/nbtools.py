@@ -59,6 +59,13 @@ def points(assignment) -> dict:
             and not c.metadata.nbgrader.get("solution")}
 
 
+def exercise_points(assignment, exercise) -> float:
+    """The points of one exercise's test cells (their owner as the spec declares it)."""
+    from tfsgrade import manifest
+    owners = manifest.owners(assignment)
+    return sum(p for g, p in points(assignment).items() if owners.get(g) == exercise)
+
+
 def manual_points(assignment) -> dict:
     """Free-text answer cells graded by hand (nbgrader "manually graded answer" cells):
     grade_id -> points."""

@@ -118,12 +118,30 @@ def test_the_scan_finds_a_violation(tmp_path):
     ]
 
 
-def test_the_probe_machine_imports_torch_numpy_and_the_standard_library_only():
-    """vm.py's text runs inside the student's kernel: it may not import the course."""
-    path = REPO / "helpers/tfscratch/specs/vm.py"
-    mods = {t.split(".")[0] for _, t in imports(path)}
-    assert mods <= {"base64", "ctypes", "io", "json", "os", "resource", "sys", "traceback",
-                    "warnings", "numpy", "torch", "IPython"}, mods   # ctypes: malloc_trim
+@pytest.mark.parametrize("name", ["vm.py", "fixtures.py"])
+def test_the_probe_machine_imports_torch_numpy_and_the_standard_library_only(name):
+    """The probe cell holds fixtures.py's text and then vm.py's, run as one fresh module inside
+    the student's kernel: neither may import the course. vm.py imports fixtures.py only when it
+    is imported from the package, where the probe cell has not put its text first."""
+    path = REPO / "helpers/tfscratch/specs" / name
+    mods = {t for _, t in imports(path) if not (name == "vm.py" and t.startswith("tfscratch.specs.fixtures"))}
+    assert {m.split(".")[0] for m in mods} <= {
+        "base64", "ctypes", "io", "json", "os", "resource", "sys", "traceback", "warnings",
+        "numpy", "torch", "IPython"}, mods   # ctypes: malloc_trim and mallopt
+    if name == "vm.py":
+        src = path.read_text()
+        assert 'if "FIXTURES" not in globals():\n    from tfscratch.specs.fixtures import' in src
+
+
+def test_the_probe_cell_carries_the_stand_ins_first():
+    from tfscratch.specs import fixtures, vm
+    from tfsgrade import verdict
+    text = verdict.VM_SOURCE
+    assert text.index(Path(fixtures.__file__).read_text()) < text.index(Path(vm.__file__).read_text())
+    ns = {"__builtins__": __builtins__, "__name__": "tfs_probe_vm"}
+    exec(compile(text, "tfs_probe_vm", "exec"), ns)   # noqa: S102 - the course's own text
+    assert set(ns["FIXTURES"]) == set(fixtures.FIXTURES) and set(ns["DRIVERS"]) == set(fixtures.DRIVERS)
+    assert ns["FIXTURES"]["toy_lm"].__module__ == "tfs_probe_vm", "the stand-ins came from the package"
 
 
 def _module_level_deps(pkg: Path, name: str) -> dict:

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import nbformat
 
 from nbtools import A01, NOTEBOOKS, SOLUTIONS, read, solution_sources, student_notebook
-from tfsgrade import copying
+from tfsgrade import cells, copying
 from tfsgrade import similarity as sim
 from tfsgrade.intake import Item
 from tfsgrade.judges import similarity_judge
@@ -169,7 +169,7 @@ def test_same_free_text_answer_is_flagged_for_both(tmp_path):
 
 
 def test_free_text_equal_to_model_answer_is_flagged(tmp_path):
-    model = copying.answer_texts(read(SOLUTIONS / f"{A01}.ipynb"))
+    model = cells.solutions(read(SOLUTIONS / f"{A01}.ipynb"), cell_type="markdown")
     plain = copying.MARKER.sub("", model[Q1]).strip()
     reworded = copying.MARKER.sub("", model[Q2]).replace("learning stalls", "it stops learning")
     subs = {"mia": student_notebook(A01, {Q1: plain}), "noa": student_notebook(A01, {Q2: reworded}),
@@ -188,7 +188,7 @@ def test_honest_class_gets_no_flags(tmp_path):
     flags, page = judge(tmp_path, subs)
     assert all(f == [] for f in flags.values()), flags
     assert "No submission copies" in page and "No pair of free-text answers" in page
-    model = copying.answer_texts(read(SOLUTIONS / f"{A01}.ipynb"))
+    model = cells.solutions(read(SOLUTIONS / f"{A01}.ipynb"), cell_type="markdown")
     for q, texts in HONEST.items():   # the margin under the 80 % threshold
         worst = max(copying.text_similarity(a, b) for a, b in itertools.combinations(texts + [model[q]], 2))
         assert worst < 0.5, (q, worst)

@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from nbtools import A01, points, solution_sources, student_notebook, write
+from nbtools import A01, exercise_points, points, solution_sources, student_notebook, write
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.slow]   # cheats beside honest students
 
@@ -65,8 +65,7 @@ def graded(class01_shared):
 
 
 def _part(exercise):
-    return sum(p for g, p in points(A01).items()
-               if g == f"test_{exercise}" or g.startswith(f"test_{exercise}_"))
+    return exercise_points(A01, exercise)
 
 
 def test_honest_students_keep_full_marks_and_no_flags(graded):

@@ -174,7 +174,7 @@ def test_probe_cells_go_after_their_solution_cell_and_come_out_again():
     test = nbformat.v4.new_code_cell("chk.check_softmax_rows(softmax)")
     test.metadata["nbgrader"] = {"grade_id": "test_softmax_rows", "grade": True}
     nb.cells = [nbformat.v4.new_code_cell("import torch"), sol, test]
-    made = runner.insert_probes(nb, [{"exercise": "softmax", "source": "probe()"}])
+    made = runner.insert_probes(nb, [{"exercise": "softmax", "source": "probe()", "cells": ["test_softmax_rows"]}])
     assert [c.source for c in nb.cells] == ["import torch", sol.source, "probe()", test.source]
     nb.cells[2].outputs = [nbformat.v4.new_output("display_data", data={
         runner.PROBE_MIME: {"exercise": "softmax", "probe": "rows", "caps": "", "meta": {}}})]

@@ -91,12 +91,11 @@ def test_cell_conventions():
                 exercises.append(gid)
             if m.get("grade"):
                 assert m["points"] > 0 and m["locked"]
-                assert any(m["grade_id"] == f"test_{e}" or m["grade_id"].startswith(f"test_{e}_")
-                           for e in exercises), f"{a}: {m['grade_id']} follows no exercise"
+                assert manifest.owners(a).get(m["grade_id"]) in exercises, \
+                    f"{a}: {m['grade_id']} follows no exercise"
                 assert "BEGIN HIDDEN TESTS" not in c.source or c.source.index("BEGIN HIDDEN") > 0
         for e in exercises:
-            assert any(c.metadata.get("nbgrader", {}).get("grade_id", "").startswith(f"test_{e}")
-                       for c in nb.cells), f"{a}: exercise {e} has no graded test"
+            assert e in manifest.owners(a).values(), f"{a}: exercise {e} has no graded test"
         assert 2 <= len(answers) <= 3, f"{a}: {len(answers)} free-text questions (want 2 or 3)"
 
 
@@ -142,9 +141,15 @@ def test_build_is_deterministic_and_rejects_bad_sources(tmp_path):
         two = build.build_notebook(SOLUTIONS / "src" / f"{a}.py")
         assert one == two
     bad = tmp_path / "99_bad.py"
-    bad.write_text("# %% [test] no_prefix\nx = 1\n")
+    bad.write_text("# %% [test] test_x_rows 1\nchk.test_x_rows(x)\n")
     import pytest
-    with pytest.raises(build.SourceError, match="test ids start with test_"):
+    with pytest.raises(build.SourceError, match="test cells are generated from the exercise's spec"):
+        build.build_notebook(bad)
+    bad.write_text("# %% [tests] x\n")
+    with pytest.raises(build.SourceError, match="no exercise 'x' with graded cells in the spec of 99_bad"):
+        build.build_notebook(bad)
+    bad.write_text("# %% [tests] x 2\n")
+    with pytest.raises(build.SourceError, match="names its exercise only"):
         build.build_notebook(bad)
     bad.write_text("x = 1\n# %%\n")
     with pytest.raises(build.SourceError, match="before the first"):
@@ -155,6 +160,28 @@ def test_build_is_deterministic_and_rejects_bad_sources(tmp_path):
     bad.write_text("# %% [answer] q_why 2\n# because\n")
     with pytest.raises(build.SourceError, match="needs a model answer"):
         build.build_notebook(bad)
+
+
+def test_test_cells_are_generated_from_the_spec():
+    """`# %% [tests] softmax` becomes the exercise's Graded cells: the visible call, the hidden
+    seed's call between nbgrader's markers, the points; the manifest's points are the spec's."""
+    from tfscratch.specs import engine
+    from tfscratch.specs.engine import Graded
+    graded = {"x": (Graded("test_x_rows", 2), Graded("test_x_random", 1, hidden_seed=7))}
+    cells = build.parse_cells("# %% [solution] x\ndef x(): ...\n\n# %% [tests] x\n", "99_t.py", graded)
+    assert [c[:4] for c in cells[1:]] == [
+        ("test", "test_x_rows", 2, "chk.test_x_rows(x)"),
+        ("test", "test_x_random", 1,
+         "chk.test_x_random(x)\n### BEGIN HIDDEN TESTS\nchk.test_x_random(x, seed=7)\n### END HIDDEN TESTS")]
+    assert {c.exercise for c in cells[1:]} == {"x"}
+    import pytest
+    with pytest.raises(build.SourceError, match="holds no text"):
+        build.parse_cells("# %% [tests] x\nchk.test_x_rows(x)\n", "99_t.py", graded)
+    for a in assignments():
+        m = manifest.load()[a]
+        for ex in engine.specs_for(a):
+            tests = m.exercise(ex.name).tests
+            assert [(t.grade_id, t.points) for t in tests] == [(g.id, g.points) for g in ex.graded]
 
 
 def test_answer_cells_are_manually_graded_markdown(tmp_path):

@@ -312,12 +312,14 @@ def test_the_probe_sees_a_helper_defined_below_the_solution():
 
 
 def test_exercise_names_that_prefix_others_get_their_own_place():
-    """06: Encoder and EncoderLayer; without the spec's cell list the longest name wins."""
+    """06: Encoder and EncoderLayer: each probe goes before the test cells its spec declares,
+    never by a prefix of the grade ids."""
     nb = _nb(("class EncoderLayer: ...", _sol("EncoderLayer")),
              ("t", _test("test_EncoderLayer_structure")),
              ("class Encoder: ...", _sol("Encoder")), ("t2", _test("test_Encoder_structure")))
-    made = sandbox_runner.insert_probes(nb, [{"exercise": "Encoder", "source": "PE"},
-                                     {"exercise": "EncoderLayer", "source": "PL"}])
+    made = sandbox_runner.insert_probes(nb, [{"exercise": "Encoder", "source": "PE", "cells": ["test_Encoder_structure"]},
+                                     {"exercise": "EncoderLayer", "source": "PL",
+                                      "cells": ["test_EncoderLayer_structure"]}])
     assert [c.source for c in nb.cells] == ["class EncoderLayer: ...", "PL", "t",
                                             "class Encoder: ...", "PE", "t2"]
     assert sorted(made.values()) == ["Encoder", "EncoderLayer"]

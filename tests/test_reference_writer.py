@@ -61,7 +61,7 @@ def test_one_definition_per_exercise():
         if not nb.module:
             continue
         text = (REFERENCE / f"{nb.module}.py").read_text()
-        for c in build.parse_cells((REPO / nb.source).read_text()):
+        for c in build.parse_cells((REPO / nb.source).read_text(), nb.source):
             if c.export:
                 assert _strip(c.source) in text, f"{nb.name}:{c.grade_id} not verbatim in {nb.module}.py"
         exported.update({n: nb.module for n in nb.exports})
@@ -106,7 +106,7 @@ GOOD = """
         return torch.zeros(1)
     def helper():
         return _private()
-    # %% [test] test_double 1
+    # %%
     chk.check(double)
 """
 

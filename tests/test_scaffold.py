@@ -65,12 +65,18 @@ def test_a_new_notebook_is_three_files_and_grades(tmp_path):
     for generated in (f"solutions/{NAME}.ipynb", f"notebooks/{NAME}.ipynb",
                       "helpers/tfscratch/reference/scaffolded.py", f"helpers/tfscratch/expected/{NAME}.npz"):
         assert (course / generated).is_file(), generated
+    import nbformat
+    test = next(c for c in nbformat.read(course / "solutions" / f"{NAME}.ipynb", as_version=4).cells
+                if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "test_affine_values")
+    assert test.metadata.nbgrader["points"] == 2 and test.source == (   # the spec's Graded, made a cell
+        "chk.test_affine_values(affine)\n### BEGIN HIDDEN TESTS\n"
+        "chk.test_affine_values(affine, seed=4242)\n### END HIDDEN TESTS")
 
     (tmp_path / "grade.py").write_text(GRADE % (NAME, str(tmp_path / "graded")))
     items = [ln.split(" ", 4)[1:] for ln in run(str(tmp_path / "grade.py"), timeout=600).splitlines()
              if ln.startswith("ITEM ")]
     by = {s: (status, float(score), reasons) for s, status, score, reasons in items}
-    assert by["solution"][:2] == ("graded", 1.0) and by["solution"][2] == "[]", by   # 1 autograded point
+    assert by["solution"][:2] == ("graded", 2.0) and by["solution"][2] == "[]", by   # the spec's 2 points
     assert by["untouched"][:2] == ("graded", 0.0), by
 
     run("-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "tests/test_catalogue.py",

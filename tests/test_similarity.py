@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from nbtools import solution_sources, student_notebook
+from tfsgrade import cells
 from tfsgrade import similarity as sim
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -101,7 +102,7 @@ def test_class_variants_vs_disguised_copies(m):
     found = {(p.exercise, frozenset((p.left, p.right))) for p in pairs}
 
     # copies of enough code are flagged, with the right partner
-    stubs = sim.solution_cells(student_notebook(a))
+    stubs = cells.solutions(student_notebook(a))
     for ex in m.EXERCISES:
         _, ov, _, _ = sim.cell_similarity(sols[ex], sols[ex], stubs[ex])
         if ov >= 80:  # one-liners are never flagged (every honest student writes them alike)

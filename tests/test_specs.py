@@ -12,6 +12,7 @@ from catalogue import independent, shortcut_certain
 from nbtools import points
 from test_catalogue import lanes
 from tfscratch.specs import engine
+from tfsgrade import manifest
 
 SPECCED = [m for m in catalogue.modules() if engine.has_spec(m.ASSIGNMENT)]
 MISTAKES = [(m.ASSIGNMENT, x) for m in SPECCED for x in m.MISTAKES]
@@ -25,9 +26,11 @@ def test_every_graded_cell_is_backed_by_a_probe(assignment):
     backed = {c for ex in engine.specs_for(assignment) for c in ex.cells()}
     assert graded - backed == set(), f"graded cells no probe backs: {sorted(graded - backed)}"
     assert backed - graded == set(), f"probes name cells that do not exist: {sorted(backed - graded)}"
-    names = {e.name for e in engine.specs_for(assignment)}
-    for c in backed:
-        assert any(c == f"test_{n}" or c.startswith(f"test_{n}_") for n in names), c
+    owners = manifest.owners(assignment)
+    for ex in engine.specs_for(assignment):     # the notebook's cells are the spec's, in its order
+        assert [g for g, e in owners.items() if e == ex.name] == [g.id for g in ex.graded], ex.name
+        assert {g: p for g, p in points(assignment).items() if owners[g] == ex.name} \
+            == {g.id: g.points for g in ex.graded}, ex.name
 
 
 @pytest.mark.parametrize("assignment,exercise", EXERCISES, ids=[f"{a}:{e}" for a, e in EXERCISES])

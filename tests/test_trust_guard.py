@@ -6,15 +6,15 @@ in tests/hostile/trust_guard.py; tests/test_vm_guard.py proves the probe machine
 import pytest
 from hostile.trust_guard import EXPECT
 from nbtools import points
+from tfsgrade import manifest
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.slow]   # the trust class
 
 
 def _zeroed(assignment, names):
     """The graded cells of `names`: a cell's grade id, or an exercise (all its cells)."""
-    cells = points(assignment)
-    return {g for g in cells for n in names
-            if g == n or g == f"test_{n}" or g.startswith(f"test_{n}_")}
+    owners = manifest.owners(assignment)
+    return {g for g in points(assignment) for n in names if g == n or owners.get(g) == n}
 
 
 def test_each_cheat_loses_its_exercises_points_and_says_why(class_trust):

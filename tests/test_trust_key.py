@@ -3,14 +3,13 @@
 other exercises keep every point. The cases are in tests/hostile/trust_key.py."""
 import pytest
 from hostile.trust_key import EXPECT
-from nbtools import points
+from nbtools import exercise_points, points
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.slow]   # the trust class
 
 
 def _points(assignment, exercise):
-    return sum(p for g, p in points(assignment).items()
-               if g == f"test_{exercise}" or g.startswith(f"test_{exercise}_"))
+    return exercise_points(assignment, exercise)
 
 
 def test_the_reference_is_out_of_reach(class_trust):

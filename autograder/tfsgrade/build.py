@@ -6,7 +6,11 @@ A source `solutions/src/NN_name.py` is a Python file split into cells by `# %%` 
     # %%                              an ordinary code cell
     # %% [setup] setup_imports        a read-only code cell that the checks rely on
     # %% [solution] softmax           the exercise cell (grade_id = the name it defines)
-    # %% [test] test_softmax_rows 2   a graded, read-only test cell worth 2 points
+    # %% [tests] softmax              the exercise's graded test cells, generated from its spec
+                                      (tfscratch.specs: `Exercise(..., graded=(Graded(id,
+                                      points, hidden_seed=...), ...))`): one read-only cell per
+                                      Graded, `chk.<id>(softmax)`, and the same call on the
+                                      hidden seed between nbgrader's hidden-test markers
     # %% [export]                     an ordinary code cell whose code is also exported
     # %% [keep]                       an ordinary code cell that grading always runs (tagged
                                       `keep`): by default the grader leaves out unchanged
@@ -49,7 +53,7 @@ import nbformat
 
 HEADER = re.compile(r"^# %%(?:\s+\[(?P<kind>\w+)\])?(?:\s+(?P<id>[\w.-]+))?(?:\s+(?P<points>[\d.]+))?"
                     r"(?:\s+(?P<flag>noexport))?\s*$")
-KINDS = {None, "markdown", "setup", "solution", "test", "export", "answer", "keep"}
+KINDS = {None, "markdown", "setup", "solution", "tests", "export", "answer", "keep"}
 DIRECTIVE = re.compile(r"^#\| (?P<key>\w+) (?P<value>.+?)\s*$")
 DIRECTIVES = {"default_exp"}   # which shortcuts an exercise may not use: its spec (tfscratch.shortcuts)
 
@@ -79,6 +83,26 @@ class Cell(NamedTuple):
     points: float | int | None
     source: str
     export: bool  # its code goes to the reference module (solution cells unless noexport)
+    exercise: str | None = None   # a test cell's exercise (the [tests] line it was made from)
+
+
+def test_cells(exercise: str, graded) -> list[Cell]:
+    """The test cells of one exercise, from its spec's Graded entries."""
+    out = []
+    for g in graded:
+        text = f"chk.{g.id}({exercise})"
+        if g.hidden_seed is not None:
+            text += (f"\n### BEGIN HIDDEN TESTS\nchk.{g.id}({exercise}, seed={g.hidden_seed})"
+                     "\n### END HIDDEN TESTS")
+        out.append(Cell("test", g.id, g.points, text, False, exercise))
+    return out
+
+
+def _spec_of(name: str) -> dict:
+    """{exercise: its Graded cells} of the notebook whose source is `name` (its file stem is
+    the assignment: solutions/src/01_attention.py -> 01_attention)."""
+    from tfscratch.specs import engine
+    return {ex.name: ex.graded for ex in engine.specs_for(Path(name).stem)}
 
 
 def directives(text: str, name: str = "<source>") -> dict:
@@ -103,27 +127,35 @@ def parse(text: str, name: str = "<source>"):
     return [c[:4] for c in parse_cells(text, name)]
 
 
-def parse_cells(text: str, name: str = "<source>") -> list[Cell]:
-    """Split a percent source into Cells (parse() gives the same as plain tuples)."""
+def parse_cells(text: str, name: str = "<source>", graded: dict | None = None) -> list[Cell]:
+    """Split a percent source into Cells (parse() gives the same as plain tuples); each
+    `[tests] exercise` line becomes that exercise's test cells, from `graded` ({exercise:
+    Graded cells}; default: the spec of the notebook `name` names)."""
     cells, cur = [], None
     for lineno, line in enumerate(text.splitlines(), 1):
         if line.startswith("# %%"):
             m = HEADER.match(line)
+            if m and m["kind"] == "test":
+                raise SourceError(f"{name}:{lineno}: {line!r}: test cells are generated from the "
+                                  "exercise's spec; write `# %% [tests] <exercise>` once, after its "
+                                  "[solution] cell, and declare the cells in its spec "
+                                  "(Exercise(..., graded=(Graded(id, points, hidden_seed=...), ...)))")
             if not m or m["kind"] not in KINDS:
                 raise SourceError(f"{name}:{lineno}: bad cell header {line!r}")
             kind, gid = m["kind"], m["id"]
-            if kind in ("setup", "solution", "test", "answer") and not gid:
+            if kind in ("setup", "solution", "tests", "answer") and not gid:
                 raise SourceError(f"{name}:{lineno}: a [{kind}] cell needs an id")
             if kind in ("export", "keep") and (gid or m["points"]):
                 raise SourceError(f"{name}:{lineno}: an [{kind}] cell takes no id or points")
+            if kind == "tests" and m["points"]:
+                raise SourceError(f"{name}:{lineno}: a [tests] line names its exercise only; "
+                                  "the points are its spec's (Graded)")
             if m["flag"] and kind != "solution":
                 raise SourceError(f"{name}:{lineno}: only a [solution] cell can be noexport")
-            if kind == "test" and not gid.startswith("test_"):
-                raise SourceError(f"{name}:{lineno}: test ids start with test_, got {gid!r}")
             if kind == "answer" and not gid.startswith("q_"):
                 raise SourceError(f"{name}:{lineno}: answer ids start with q_, got {gid!r}")
             points = (float(m["points"]) if m["points"]
-                      else (1.0 if kind in ("test", "answer") else None))
+                      else (1.0 if kind == "answer" else None))
             if points is not None and points.is_integer():
                 points = int(points)
             export = kind == "export" or (kind == "solution" and not m["flag"])
@@ -141,6 +173,9 @@ def parse_cells(text: str, name: str = "<source>") -> list[Cell]:
             lines.pop()
         while lines and not lines[0].strip():
             lines.pop(0)
+        if kind == "tests":
+            out += _tests(name, gid, lines, graded, seen)
+            continue
         if kind in ("markdown", "answer"):
             lines = [re.sub(r"^# ?", "", ln) if ln.startswith("#") else ln for ln in lines]
         if gid:
@@ -152,6 +187,22 @@ def parse_cells(text: str, name: str = "<source>") -> list[Cell]:
                               "'### BEGIN SOLUTION' and '### END SOLUTION' lines")
         out.append(Cell(kind, gid, points, "\n".join(lines), export))
     return out
+
+
+def _tests(name: str, exercise: str, lines: list, graded: dict | None, seen: set) -> list[Cell]:
+    if lines:
+        raise SourceError(f"{name}: the [tests] cell of {exercise!r} is generated from its spec; "
+                          "it holds no text")
+    graded = _spec_of(name) if graded is None else graded
+    if not graded.get(exercise):
+        raise SourceError(f"{name}: [tests] {exercise}: no exercise {exercise!r} with graded cells "
+                          f"in the spec of {Path(name).stem} (its exercises: {', '.join(graded) or 'none'})")
+    cells = test_cells(exercise, graded[exercise])
+    for c in cells:
+        if c.grade_id in seen:
+            raise SourceError(f"{name}: duplicate cell id {c.grade_id!r}")
+        seen.add(c.grade_id)
+    return cells
 
 
 def build_notebook(src: Path) -> nbformat.NotebookNode:

@@ -20,7 +20,6 @@ All of it goes to the item's `flags` (grades.csv, the report) and to OUT/similar
 signals for a human, never a score.
 
 Entry points:
-    answer_texts(nb, ids=None) -> {grade_id: text}
     text_similarity(a, b) -> float
     compare_answers(submissions, assignment, *, source, released) -> list[TextPair]
     marker_cells(nb, released) -> [cell label]
@@ -36,6 +35,10 @@ import re
 from dataclasses import dataclass, field
 
 from . import similarity
+from .cells import answered as _answered
+from .cells import key as _key
+from .cells import written as _written
+from .cells import solutions
 from .cells import meta as _meta
 from .cells import source as _src
 
@@ -45,18 +48,6 @@ EQUAL = 0.9            # "equal" for the notebook count: near-verbatim, a word o
 MIN_WORDS = 10         # shorter answers are not compared (too many honest coincidences)
 MARKER = re.compile(r"^[ \t]*#*[ \t]*(BEGIN|END) SOLUTION\b", re.M)
 _WORD = re.compile(r"\w+")
-
-
-def answer_texts(nb, ids=None) -> dict[str, str]:
-    """grade_id -> text of each free-text answer cell (markdown, solution and grade: what
-    manual.answer_cells finds in the gradebook); the first cell of a grade_id wins."""
-    out: dict[str, str] = {}
-    for c in nb.cells if nb is not None else []:
-        m, gid = _meta(c), _meta(c).get("grade_id")
-        if c.get("cell_type") == "markdown" and m.get("solution") and m.get("grade") \
-                and isinstance(gid, str) and gid not in out and (ids is None or gid in ids):
-            out[gid] = _src(c)
-    return out
 
 
 def words(text: str) -> list[str]:
@@ -87,13 +78,6 @@ class TextPair:
                 "right": self.right, "similarity": round(self.similarity, 3)}
 
 
-def _answered(cells: dict, q: str, stub: str | None) -> str | None:
-    text = cells.get(q)
-    if text is None or not text.strip() or (stub is not None and text.strip() == stub.strip()):
-        return None  # deleted, empty or left as released
-    return text
-
-
 def _text_pair(assignment, q, left, right, threshold, min_words):
     (ln, lt), (rn, rt) = left, right
     wl, wr = words(lt), words(rt)
@@ -110,13 +94,13 @@ def compare_answers(submissions, assignment, *, source, released,
                     threshold: float = TEXT_THRESHOLD, min_words: int = MIN_WORDS) -> list[TextPair]:
     """Every answered free-text cell against the model answer (source) and every classmate's
     answer to the same question; the pairs at or over `threshold`, most similar first."""
-    stubs, model = answer_texts(released), answer_texts(source)
+    stubs, model = solutions(released, cell_type="markdown"), solutions(source, cell_type="markdown")
     questions = list(stubs or model)
-    texts = {sid: answer_texts(nb, questions) for sid, nb in submissions.items()}
+    texts = {sid: solutions(nb, questions, cell_type="markdown") for sid, nb in submissions.items()}
     pairs = []
     for q in questions:
         given = [(sid, t) for sid, cs in texts.items()
-                 if (t := _answered(cs, q, stubs.get(q))) is not None]
+                 if (t := _answered(cs.get(q), stubs.get(q))) is not None]  # not deleted, empty or as released
         cands = [((MODEL, model[q]), g) for g in given] if q in model else []
         for left, right in cands + list(itertools.combinations(given, 2)):
             p = _text_pair(assignment, q, left, right, threshold, min_words)
@@ -129,12 +113,12 @@ def compare_answers(submissions, assignment, *, source, released,
 def marker_cells(nb, released=None) -> list[str]:
     """Labels (grade id, else "cell N") of the student's cells holding nbgrader solution
     markers: answer cells and cells the student added; locked cells are the course's own."""
-    shipped = {_src(c) for c in released.cells} if released is not None else set()
+    shipped = {_key(_src(c)) for c in released.cells} if released is not None else set()
     found = []
     for i, c in enumerate(nb.cells):
         m = _meta(c)
         mine = m.get("solution") or not (m.get("grade") or m.get("locked"))
-        if mine and _src(c) not in shipped and MARKER.search(_src(c)):
+        if mine and _written(_src(c), shipped) and MARKER.search(_src(c)):
             found.append(m.get("grade_id") or f"cell {i + 1}")
     return found
 
@@ -148,9 +132,9 @@ def _same_code(a: str, b: str, stub: str) -> bool:
 def notebook_copy(nb, source, released) -> tuple[int, int]:
     """(answer cells equal to the model answer, answer cells the source has): code cells
     equal once comments, layout and names are normalised, free text near-verbatim."""
-    code, text = similarity.solution_cells(source), answer_texts(source)
-    stubs = similarity.solution_cells(released) if released is not None else {}
-    mine_code, mine_text = similarity.solution_cells(nb, code), answer_texts(nb, text)
+    code, text = solutions(source), solutions(source, cell_type="markdown")
+    stubs = solutions(released) if released is not None else {}
+    mine_code, mine_text = solutions(nb, code), solutions(nb, text, cell_type="markdown")
     equal = sum(_same_code(mine_code[ex], code[ex], stubs.get(ex, ""))
                 for ex in code if ex in mine_code)
     equal += sum(text_similarity(mine_text[q], text[q]) >= EQUAL for q in text if q in mine_text)

@@ -21,6 +21,8 @@ from __future__ import annotations
 import ast
 import functools
 
+from .cells import key as _key
+
 MARK = "tfsgrade_demo"     # cell metadata set here, read by the runner; never trusted from input
 KEEP = "keep"              # a cell tag: the author says this plain cell must always run
 
@@ -91,7 +93,7 @@ def _plain(c) -> bool:
 
 def demo_texts(released) -> set[str]:
     """The texts of the released notebook's demonstration cells."""
-    return {c.source.strip() for c in released.cells
+    return {_key(c.source) for c in released.cells
             if _plain(c) and KEEP not in c.get("metadata", {}).get("tags", [])}
 
 
@@ -106,7 +108,7 @@ def mark(cells, texts: set[str]) -> int:
         if c.get("cell_type") != "code":
             continue
         found = names(c.source)
-        if not anything and found is not None and _plain(c) and c.source.strip() in texts \
+        if not anything and found is not None and _plain(c) and _key(c.source) in texts \
                 and not (found[0] & needed):
             c.metadata[MARK] = True
             n += 1

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import nbformat
 
+from .cells import key as _key
+
 
 def _cells(path: Path) -> dict | None:
     """{grade_id: source} of the solution and grade cells, and "*code*": the solution code."""
@@ -30,9 +32,9 @@ def _cells(path: Path) -> dict | None:
     for c in nb.cells:
         meta = c.metadata.get("nbgrader", {})
         if meta.get("grade_id"):
-            out[meta["grade_id"]] = c.source.strip()
+            out[meta["grade_id"]] = _key(c.source)
         if meta.get("solution") and c.cell_type == "code":
-            code.append(c.source.strip())
+            code.append(_key(c.source))
     out["*code*"] = "\n\n".join(code)
     return out
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import hygiene, scan, similarity
+from . import hygiene, manifest, scan, similarity
 
 
 def in_order() -> list:
@@ -49,15 +49,13 @@ def _course_nb(s, folder: str, a: str):
 def scan_judge(items, s, gb) -> None:
     for a in s.names:
         released, source = _course_nb(s, "release", a), _course_nb(s, "source", a)
-        test_ids = [c.metadata["nbgrader"]["grade_id"] for c in (source.cells if source else [])
-                    if c.metadata.get("nbgrader", {}).get("grade")
-                    and not c.metadata["nbgrader"].get("solution")]
+        owners = manifest.owners(a)
         for it in items:
             if it.assignment != a or it.status != "pending" or not it.notebook:
                 continue
             nb = nbformat.reads(it.notebook, as_version=4)
             res = scan.scan_notebook(nb, a, released=released, source=source)
-            for gid, why in res.zeroed_cells(test_ids).items():
+            for gid, why in res.zeroed_cells(owners).items():
                 try:
                     g = gb.find_grade(gid, a, a, it.student)
                 except Exception:  # noqa: BLE001 - nbgrader recorded no such cell

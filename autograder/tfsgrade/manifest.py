@@ -67,6 +67,10 @@ class Notebook:
     def grade_ids(self) -> tuple[str, ...]:
         return tuple(t.grade_id for e in self.exercises for t in e.tests)
 
+    def owners(self) -> dict[str, str]:
+        """{graded test cell: the exercise it checks}, as the exercises' specs declare them."""
+        return {t.grade_id: e.name for e in self.exercises for t in e.tests}
+
     def exercise(self, name: str) -> Exercise:
         for e in self.exercises:
             if e.name == name:
@@ -114,10 +118,6 @@ class Manifest:
         return json.dumps(self.to_dict(), indent=1, ensure_ascii=False)
 
 
-def _is_test_of(grade_id: str, exercise: str) -> bool:
-    return grade_id == f"test_{exercise}" or grade_id.startswith(f"test_{exercise}_")
-
-
 def _reference_imports(cells) -> tuple[str, ...]:
     names = []
     for c in cells:
@@ -141,9 +141,9 @@ def read_notebook(src: Path, earlier: tuple[str, ...] = ()) -> Notebook:
             current = [c.grade_id, [], c.export and ex is not None]
             exercises.append(current)
         elif c.kind == "test":
-            owner = next((e for e in reversed(exercises) if _is_test_of(c.grade_id, e[0])), None)
-            if owner is None:
-                raise build.SourceError(f"{rel}: test cell {c.grade_id} follows no exercise")
+            owner = next((e for e in reversed(exercises) if e[0] == c.exercise), None)
+            if owner is None:   # the [tests] line of an exercise comes after its [solution] cell
+                raise build.SourceError(f"{rel}: the tests of {c.exercise} come before its [solution] cell")
             owner[1].append(Test(c.grade_id, c.points))
     return Notebook(
         name=src.stem, title=reference_writer._title(cells), source=rel,
@@ -152,6 +152,14 @@ def read_notebook(src: Path, earlier: tuple[str, ...] = ()) -> Notebook:
         exercises=tuple(Exercise(n, tuple(t), x) for n, t, x in exercises),
         reference_imports=_reference_imports(cells), may_import=earlier,
         answers=tuple(Test(c.grade_id, c.points) for c in cells if c.kind == "answer"))
+
+
+def owners(assignment: str) -> dict[str, str]:
+    """{graded test cell: its exercise} of one notebook of this course ({} for none)."""
+    try:
+        return load()[assignment].owners()
+    except KeyError:
+        return {}
 
 
 _CACHE: dict = {}

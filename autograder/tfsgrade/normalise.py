@@ -23,6 +23,7 @@ import nbformat
 
 from . import demos
 from .cells import meta as _meta
+from .cells import same as _same
 
 
 def _kind(m: dict) -> str | None:
@@ -126,7 +127,7 @@ def _rebuild(tmpl, found: dict):
             changed["missing_answers" if _kind(m) == "answer" else "deleted"].append(gid)
         elif s.cell_type != t.cell_type:
             changed["retyped"].append(gid)
-        elif m.get("grade") and _kind(m) != "answer" and s.source.strip() != released.get(gid, t.source).strip():
+        elif m.get("grade") and _kind(m) != "answer" and not _same(s.source, released.get(gid, t.source)):
             # compare with what the student was given (the released text hides hidden tests)
             changed["edited"].append(gid)
         if s is not None and _kind(m) == "answer":

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import matplotlib
 
+from . import manifest
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -45,12 +47,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _GENERIC = re.compile(r"does not match the reference|has the wrong shape\.?$| raised \w+", re.I)
 
 
-def _exercise_of(test_id: str, exercises) -> str | None:
-    """The exercise a graded test cell belongs to: test_<name> or test_<name>_<what>."""
-    hits = [e for e in exercises if test_id == f"test_{e}" or test_id.startswith(f"test_{e}_")]
-    return max(hits, key=len) if hits else None
-
-
 def _first_line(output: dict) -> str:
     """The first line of the failure message a student saw in a test cell's error output (with
     its last line when the first only says what differs: "... does not match the reference",
@@ -77,12 +73,12 @@ def notebook_diagnoses(path: Path) -> dict:
     nb = json.loads(Path(path).read_text())
     cells = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
     meta = [c.get("metadata", {}).get("nbgrader", {}) for c in cells]
-    exercises = [m["grade_id"] for m in meta if m.get("solution") and m.get("grade_id")]
+    owners = manifest.owners(Path(path).stem)     # autograded/<student>/<a>/<a>.ipynb
     found: dict = {}
     for c, m in zip(cells, meta):
         if not m.get("grade") or m.get("solution"):
             continue
-        ex = _exercise_of(m.get("grade_id", ""), exercises)
+        ex = owners.get(m.get("grade_id", ""))
         if ex is None or ex in found:
             continue
         err = next((o for o in c.get("outputs", []) if o.get("output_type") == "error"), None)

@@ -128,23 +128,12 @@ def _graded_test(c) -> bool:
 
 def _probe_place(nb, p) -> int:
     """Where exercise p's probe cell goes: right before the first graded test cell it backs
-    (`p["cells"]`, the spec's grade ids), so it sees exactly what those test cells see (a
-    helper the student defined below the solution cell, a name a later cell rebinds); without
-    that list, the first test cell named test_<exercise> or test_<exercise>_*, the longest
-    exercise name winning (06: Encoder and EncoderLayer); without a test cell, right after the
-    solution cell; else at the end."""
-    cells = p.get("cells")
-    if cells is not None:
-        want = set(cells)
-        mine = lambda gid: gid in want  # noqa: E731
-    else:
-        names = sorted(set(p.get("exercises", [])) | {p["exercise"]}, key=len, reverse=True)
-
-        def mine(gid):
-            name = gid[5:] if gid.startswith("test_") else ""
-            return next((e for e in names if name == e or name.startswith(e + "_")), None) == p["exercise"]
+    (`p["cells"]`, the grade ids its spec declares), so it sees exactly what those test cells
+    see (a helper the student defined below the solution cell, a name a later cell rebinds);
+    without a test cell, right after the solution cell; else at the end."""
+    want = set(p.get("cells", ()))
     for i, c in enumerate(nb.cells):
-        if _graded_test(c) and mine(str(c.get("metadata", {}).get("nbgrader", {}).get("grade_id", ""))):
+        if _graded_test(c) and str(c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")) in want:
             return i
     for i, c in enumerate(nb.cells):
         g = c.get("metadata", {}).get("nbgrader", {})
@@ -162,12 +151,11 @@ def insert_probes(nb, probes):
     made = {}
     for c in nb.cells:
         c.get("metadata", {}).pop("tfsgrade_probe", None)
-    names = [p["exercise"] for p in probes]
     for p in probes:
         cell = nbformat.v4.new_code_cell(p["source"])
         nonce = os.urandom(12).hex()
         cell.metadata["tfsgrade_probe"] = nonce
-        nb.cells.insert(_probe_place(nb, dict(p, exercises=names)), cell)
+        nb.cells.insert(_probe_place(nb, p), cell)
         made[nonce] = p["exercise"]
     return made
 
@@ -277,7 +265,8 @@ class Run:
                      and c.cell_type == "code" and not cfg.get("run_demos")}
         self.events, self.seconds = [], {}
         self.deadline = time.monotonic() + self.lim["notebook_timeout"]
-        self.exercises = sorted({p["exercise"] for p in cfg.get("probes", [])}, key=len, reverse=True)
+        # {graded cell: its exercise}, as the specs declare them (the probes' cells)
+        self.owners = {g: p["exercise"] for p in cfg.get("probes", []) for g in p.get("cells", ())}
         self.looping = set()   # exercises whose code ran past the cell limit: their later checks would too
         self.done, self.restarts = [], 0
 
@@ -311,8 +300,7 @@ class Run:
         if ex:
             return ex
         gid = str(c.get("metadata", {}).get("nbgrader", {}).get("grade_id", ""))
-        name = gid[5:] if gid.startswith("test_") else gid
-        return next((e for e in self.exercises if name == e or name.startswith(e + "_")), None)
+        return self.owners.get(gid) or (gid if gid in self.owners.values() else None)
 
     def skip_looping(self, k) -> bool:
         """A check of an exercise whose code already ran past the limit, or a demo cell (the

@@ -1,9 +1,12 @@
 """`tfs-grade new NN_name`: a new notebook from a template, as the three files an author writes
 by hand, and its README row:
 
-- solutions/src/NN_name.py      the source (prose, a [setup] cell, one exercise, its graded test
-                                cell, one free-text question);
-- helpers/tfscratch/specs/<module>.py   the exercise's spec (found by the engine by itself);
+- solutions/src/NN_name.py      the source (prose, a [setup] cell, one exercise and the line
+                                `# %% [tests] affine` where its test cells go, one free-text
+                                question);
+- helpers/tfscratch/specs/<module>.py   the exercise's spec (found by the engine by itself): its
+                                graded cells (id, points, hidden seed), the probes that back
+                                them, its known mistakes;
 - tests/catalogue/nbNN_name.py  its catalogue (one realistic mistake, one valid variant);
 - a row in the README's notebook table (the only file that is edited, not created).
 
@@ -63,8 +66,7 @@ def affine(x):
     return 2 * x + 1
     ### END SOLUTION
 
-# %% [test] test_affine_values 1
-chk.test_affine_values(affine)
+# %% [tests] affine
 
 # %% [markdown]
 # ## Questions to answer in your own words
@@ -79,12 +81,15 @@ chk.test_affine_values(affine)
 
 SPEC = '''"""Spec of {name}: one entry per exercise, one Probe per behaviour (see ../README.md,
 "Adding an exercise's spec"). The engine finds this module by its ASSIGNMENT."""
-from .engine import Exercise, Probe, call, like, randn
+from .engine import Exercise, Graded, Probe, call, like, randn
 
 ASSIGNMENT = "{name}"
 
 EXERCISES = [
-    Exercise("affine", ref="{module}.affine", diagnose=[
+    Exercise("affine", ref="{module}.affine",
+             # the test cells `# %% [tests] affine` becomes: id, points, the hidden check's seed
+             graded=(Graded("test_affine_values", 2, hidden_seed=4242),),
+             diagnose=[
         # each known mistake once, as the formula it computes
         like("you returned 2x: the + 1 is missing (2x + 1 sends 0 to 1).", lambda x: 2 * x),
         like("you returned x + 1: the factor 2 is missing.", lambda x: x + 1),

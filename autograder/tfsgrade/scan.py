@@ -34,6 +34,9 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from .cells import solutions
+from .cells import course_texts as _course_texts
+from .cells import written as _written
 from .cells import meta as _meta
 from .cells import source as _src
 from .scan_rules import (  # noqa: F401  (CERTAIN, REVIEW, GROUPS, exercise_groups: the scan's API)
@@ -83,15 +86,11 @@ class ScanResult:
                 out[f.exercise] = f"shortcut: {f.describe()}"
         return out
 
-    def zeroed_cells(self, test_ids) -> dict[str, str]:
-        """test cell grade_id -> reason, for the graded cells of every zeroed exercise (a test
-        cell belongs to exercise E when its grade_id is test_E or starts with test_E_)."""
-        out = {}
-        for ex, why in self.zeroed().items():
-            for gid in test_ids:
-                if gid == f"test_{ex}" or gid.startswith(f"test_{ex}_"):
-                    out[gid] = why
-        return out
+    def zeroed_cells(self, owners: dict) -> dict[str, str]:
+        """test cell grade_id -> reason, for the graded cells of every zeroed exercise;
+        `owners`: {test cell: its exercise}, as the specs declare them (manifest.owners)."""
+        zeroed = self.zeroed()
+        return {gid: zeroed[ex] for gid, ex in owners.items() if ex in zeroed}
 
     def notes(self) -> list[str]:
         """One line per finding, for grades.csv and the report."""
@@ -1022,27 +1021,6 @@ def _read_cached(path: str, mtime_ns: int):
     return nbformat.read(path, as_version=4)
 
 
-def _code_sources(nb, *, skip_solutions=False) -> set[str]:
-    out = set()
-    if nb is None:
-        return out
-    for c in nb.cells:
-        if c.get("cell_type") != "code":
-            continue
-        if skip_solutions and _meta(c).get("solution"):
-            continue
-        out.add(_src(c).strip())
-    return out
-
-
-def _solution_ids(nb) -> list[str]:
-    if nb is None:
-        return []
-    return [_meta(c)["grade_id"] for c in nb.cells
-            if c.get("cell_type") == "code" and _meta(c).get("solution")
-            and isinstance(_meta(c).get("grade_id"), str)]
-
-
 def scan_notebook(nb, assignment: str, *, released=None, source=None) -> ScanResult:
     """Scan a submitted notebook (an nbformat NotebookNode, any version) of `assignment`.
 
@@ -1060,8 +1038,8 @@ def scan_notebook(nb, assignment: str, *, released=None, source=None) -> ScanRes
         released = _read(root / "notebooks" / f"{assignment}.ipynb")
     if source is None:
         source = _read(root / "solutions" / f"{assignment}.ipynb")
-    course = _code_sources(released, skip_solutions=True) | _code_sources(source, skip_solutions=True)
-    exercises = _solution_ids(released) or _solution_ids(source) or _solution_ids(nb)
+    course = _course_texts(released, source)
+    exercises = list(solutions(released) or solutions(source) or solutions(nb))
     sc = _Scanner(assignment, exercises)
     for idx, c in enumerate(nb.cells):
         gid = _meta(c).get("grade_id")
@@ -1075,7 +1053,7 @@ def scan_notebook(nb, assignment: str, *, released=None, source=None) -> ScanRes
         meta = _meta(c)
         gid = meta.get("grade_id") if isinstance(meta.get("grade_id"), str) else None
         is_solution = bool(meta.get("solution")) and gid in exercises
-        student = is_solution or _src(c).strip() not in course
+        student = is_solution or _written(_src(c), course)
         exercise = gid if is_solution else None
         v = sc.run_cell(idx, _src(c), gid, exercise, student)
         if v is not None:

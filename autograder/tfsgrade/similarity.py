@@ -22,7 +22,6 @@ holds a later notebook's version (01's scaled_dot_product_attention is 02's ther
 submission keeps only its best match among them, so one copied cell gives one flag.
 
 Entry points:
-    solution_cells(nb, exercises) -> {exercise: code}
     reference_sources() -> {name: [(label, code)]}
     compare_class(submissions, assignment, *, source=None, released=None, reference=None,
                   threshold=0.9, min_overlap=80) -> list[Pair]
@@ -42,6 +41,9 @@ from pathlib import Path
 from typing import Mapping
 
 import numpy as np
+
+from .cells import answered as _answered
+from .cells import solutions
 
 COURSE = "course solution"
 REFERENCE = "reference source"   # labels read "reference source (tfscratch/reference/masks.py)"
@@ -131,20 +133,6 @@ def _compare(fa, fb):
     return float(min(sims)), int(overlap), _spans(slices[0]), _spans(slices[1])
 
 
-def solution_cells(nb, exercises=None) -> dict[str, str]:
-    """exercise (grade_id) -> source of each solution cell; the first cell of a grade_id wins."""
-    out: dict[str, str] = {}
-    for c in nb.cells:
-        meta = c.get("metadata", {}).get("nbgrader") if isinstance(c.get("metadata"), dict) else None
-        meta = meta if isinstance(meta, dict) else {}
-        gid = meta.get("grade_id")
-        if c.get("cell_type") == "code" and meta.get("solution") and isinstance(gid, str) \
-                and gid not in out and (exercises is None or gid in exercises):
-            src = c.get("source", "")
-            out[gid] = "".join(src) if isinstance(src, list) else str(src or "")
-    return out
-
-
 def _course_nb(name: str, folder: str):
     import nbformat
     p = Path(__file__).resolve().parents[2] / folder / f"{name}.ipynb"
@@ -202,8 +190,8 @@ def _attempts(cells, ex, stub, bp) -> dict:
     stub_fp = _fingerprint(stub, bp) if stub is not None else None
     prints = {}
     for sid, cs in cells.items():
-        code = cs.get(ex)
-        if code is None or (stub is not None and code.strip() == stub.strip()):
+        code = _answered(cs.get(ex), stub)
+        if code is None:
             continue  # not attempted
         fp = _fingerprint(code, bp)
         if stub_fp is not None and len(fp.hashes) == 0:
@@ -238,10 +226,10 @@ def compare_class(submissions: Mapping[str, object], assignment: str, *, source=
     source = source if source is not None else _course_nb(assignment, "solutions")
     released = released if released is not None else _course_nb(assignment, "notebooks")
     reference = reference if reference is not None else reference_sources()
-    stubs = solution_cells(released) if released is not None else {}
-    course = solution_cells(source) if source is not None else {}
+    stubs = solutions(released) if released is not None else {}
+    course = solutions(source) if source is not None else {}
     exercises = list(stubs or course)
-    cells = {sid: solution_cells(nb, exercises) for sid, nb in submissions.items()}
+    cells = {sid: solutions(nb, exercises) for sid, nb in submissions.items()}
     pairs: list[Pair] = []
     for ex in exercises:
         bp = _boilerplate(stubs.get(ex, ""))

@@ -3,7 +3,7 @@
 
 - `prepare(assignment, seed)` / `reference_wants(plans)`: what goes into the sandbox with the
   notebook, and what the reference gives on it. For each exercise, a probe cell holding the
-  probe machine's text (`tfscratch/specs/vm.py`, run as a fresh module, so nothing the student
+  probe machine's text (`tfscratch/specs/fixtures.py` then `vm.py`, run as one fresh module, so nothing the student
   patched in the course package is used) and the plan, whose inputs are drawn from the task's
   own seed (`Settings.item_seed`: per student and per submission, from the instructor's
   secret); and the reference's captures on the same plan. Both run in the Dask worker
@@ -36,9 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tfscratch.specs import engine, vm
+from tfscratch.specs import engine, fixtures, vm
 
-VM_SOURCE = Path(vm.__file__).read_text(encoding="utf-8")
+# the probe machine's text: its stand-ins and drivers first, in the same fresh module
+VM_SOURCE = "\n\n".join(Path(m.__file__).read_text(encoding="utf-8") for m in (fixtures, vm))
 FORGED = "a capture the probe did not make"
 STRAY = "#stray"            # runner: probe-MIME outputs found outside the probe cells
 

@@ -107,23 +107,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 # %% [markdown]
 # Run the checks. Each prints a ✔ line when it passes, or tells you what is wrong.
 
-# %% [test] test_softmax_rows 1
-chk.test_softmax_rows(softmax)
-
-# %% [test] test_softmax_dim 1
-chk.test_softmax_dim(softmax)
-
-# %% [test] test_softmax_stable 2
-chk.test_softmax_stable(softmax)
-
-# %% [test] test_softmax_gradient 1
-chk.test_softmax_gradient(softmax)
-
-# %% [test] test_softmax_random 2
-chk.test_softmax_random(softmax)
-### BEGIN HIDDEN TESTS
-chk.test_softmax_random(softmax, seed=9173)
-### END HIDDEN TESTS
+# %% [tests] softmax
 
 # %% [markdown]
 # ## 3. Attention is a weighted average of values
@@ -163,23 +147,7 @@ def scaled_dot_product_attention(q, k, v):
     return weights @ v, weights  # (..., Lq, d_v), (..., Lq, Lk)
     ### END SOLUTION
 
-# %% [test] test_scaled_dot_product_attention_shapes 1
-chk.test_scaled_dot_product_attention_shapes(scaled_dot_product_attention)
-
-# %% [test] test_scaled_dot_product_attention_weights 2
-chk.test_scaled_dot_product_attention_weights(scaled_dot_product_attention)
-
-# %% [test] test_scaled_dot_product_attention_output 2
-chk.test_scaled_dot_product_attention_output(scaled_dot_product_attention)
-
-# %% [test] test_scaled_dot_product_attention_batch_axes 1
-chk.test_scaled_dot_product_attention_batch_axes(scaled_dot_product_attention)
-
-# %% [test] test_scaled_dot_product_attention_random 2
-chk.test_scaled_dot_product_attention_random(scaled_dot_product_attention)
-### BEGIN HIDDEN TESTS
-chk.test_scaled_dot_product_attention_random(scaled_dot_product_attention, seed=4242)
-### END HIDDEN TESTS
+# %% [tests] scaled_dot_product_attention
 
 # %% [markdown]
 # ## 4. Attention on a sentence

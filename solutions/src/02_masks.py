@@ -200,17 +200,7 @@ def make_padding_mask(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
     return (tokens != pad_id).unsqueeze(1)  # (B, L) -> (B, 1, L)
     ### END SOLUTION
 
-# %% [test] test_make_padding_mask_shape 1
-chk.test_make_padding_mask_shape(make_padding_mask)
-
-# %% [test] test_make_padding_mask_values 2
-chk.test_make_padding_mask_values(make_padding_mask)
-
-# %% [test] test_make_padding_mask_in_attention 2
-chk.test_make_padding_mask_in_attention(make_padding_mask)
-### BEGIN HIDDEN TESTS
-chk.test_make_padding_mask_in_attention(make_padding_mask, seed=8121)
-### END HIDDEN TESTS
+# %% [tests] make_padding_mask
 
 # %% [markdown]
 # ### 3.1 What it looks like
@@ -366,20 +356,7 @@ def make_causal_mask(size: int, device=None) -> torch.Tensor:
     return torch.tril(torch.ones(size, size, dtype=torch.bool, device=device))  # (L, L)
     ### END SOLUTION
 
-# %% [test] test_make_causal_mask_values 2
-chk.test_make_causal_mask_values(make_causal_mask)
-
-# %% [test] test_make_causal_mask_sizes 1
-chk.test_make_causal_mask_sizes(make_causal_mask)
-
-# %% [test] test_make_causal_mask_device 1
-chk.test_make_causal_mask_device(make_causal_mask)
-
-# %% [test] test_make_causal_mask_in_attention 1
-chk.test_make_causal_mask_in_attention(make_causal_mask)
-### BEGIN HIDDEN TESTS
-chk.test_make_causal_mask_in_attention(make_causal_mask, seed=5150)
-### END HIDDEN TESTS
+# %% [tests] make_causal_mask
 
 # %% [markdown]
 # The causal mask of the first sentence, and the self-attention weights it allows:
@@ -497,20 +474,7 @@ def make_decoder_mask(tokens: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
     return pad & causal                                    # (B, L, L)
     ### END SOLUTION
 
-# %% [test] test_make_decoder_mask_shape 1
-chk.test_make_decoder_mask_shape(make_decoder_mask)
-
-# %% [test] test_make_decoder_mask_values 2
-chk.test_make_decoder_mask_values(make_decoder_mask)
-
-# %% [test] test_make_decoder_mask_device 1
-chk.test_make_decoder_mask_device(make_decoder_mask)
-
-# %% [test] test_make_decoder_mask_in_attention 2
-chk.test_make_decoder_mask_in_attention(make_decoder_mask)
-### BEGIN HIDDEN TESTS
-chk.test_make_decoder_mask_in_attention(make_decoder_mask, seed=2718)
-### END HIDDEN TESTS
+# %% [tests] make_decoder_mask
 
 # %% [markdown]
 # The three masks side by side, for each sentence:
@@ -677,26 +641,7 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     return weights @ v, weights  # (..., Lq, d_v), (..., Lq, Lk)
     ### END SOLUTION
 
-# %% [test] test_scaled_dot_product_attention_no_mask 1
-chk.test_scaled_dot_product_attention_no_mask(scaled_dot_product_attention)
-
-# %% [test] test_scaled_dot_product_attention_masked_weights 2
-chk.test_scaled_dot_product_attention_masked_weights(scaled_dot_product_attention)
-
-# %% [test] test_scaled_dot_product_attention_broadcast 2
-chk.test_scaled_dot_product_attention_broadcast(scaled_dot_product_attention)
-
-# %% [test] test_scaled_dot_product_attention_fully_masked 2
-chk.test_scaled_dot_product_attention_fully_masked(scaled_dot_product_attention)
-
-# %% [test] test_scaled_dot_product_attention_padding 1
-chk.test_scaled_dot_product_attention_padding(scaled_dot_product_attention)
-
-# %% [test] test_scaled_dot_product_attention_random 2
-chk.test_scaled_dot_product_attention_random(scaled_dot_product_attention)
-### BEGIN HIDDEN TESTS
-chk.test_scaled_dot_product_attention_random(scaled_dot_product_attention, seed=6021)
-### END HIDDEN TESTS
+# %% [tests] scaled_dot_product_attention
 
 # %% [markdown]
 # ## 8. Masked attention on the sentences

@@ -182,17 +182,7 @@ def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x.transpose(1, 2)  # (B, H, L, D_h): heads in front of the tokens
     ### END SOLUTION
 
-# %% [test] test_split_heads_shape 1
-chk.test_split_heads_shape(split_heads)
-
-# %% [test] test_split_heads_values 2
-chk.test_split_heads_values(split_heads)
-
-# %% [test] test_split_heads_random 1
-chk.test_split_heads_random(split_heads)
-### BEGIN HIDDEN TESTS
-chk.test_split_heads_random(split_heads, seed=3131)
-### END HIDDEN TESTS
+# %% [tests] split_heads
 
 # %% [markdown]
 # ## 4. Combining the heads: `transpose`, `contiguous`, `view`
@@ -236,17 +226,7 @@ def combine_heads(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous().view(B, L, H * Dh)  # (B, L, d_model)
     ### END SOLUTION
 
-# %% [test] test_combine_heads_shape 1
-chk.test_combine_heads_shape(combine_heads)
-
-# %% [test] test_combine_heads_values 2
-chk.test_combine_heads_values(combine_heads)
-
-# %% [test] test_combine_heads_inverts_split 1
-chk.test_combine_heads_inverts_split(combine_heads)
-### BEGIN HIDDEN TESTS
-chk.test_combine_heads_inverts_split(combine_heads, seed=2718)
-### END HIDDEN TESTS
+# %% [tests] combine_heads
 
 # %% [markdown]
 # ## 5. Scale by the head dimension, not by $d_\text{model}$
@@ -379,32 +359,7 @@ class MultiHeadAttention(nn.Module):
         return self.w_o(combine_heads(out))  # (B, Lq, d_model)
         ### END SOLUTION
 
-# %% [test] test_MultiHeadAttention_parameters 2
-chk.test_MultiHeadAttention_parameters(MultiHeadAttention)
-
-# %% [test] test_MultiHeadAttention_shapes 1
-chk.test_MultiHeadAttention_shapes(MultiHeadAttention)
-
-# %% [test] test_MultiHeadAttention_matches_torch 3
-chk.test_MultiHeadAttention_matches_torch(MultiHeadAttention)
-
-# %% [test] test_MultiHeadAttention_cross_attention 2
-chk.test_MultiHeadAttention_cross_attention(MultiHeadAttention)
-
-# %% [test] test_MultiHeadAttention_masks 3
-chk.test_MultiHeadAttention_masks(MultiHeadAttention)
-
-# %% [test] test_MultiHeadAttention_head_independence 2
-chk.test_MultiHeadAttention_head_independence(MultiHeadAttention)
-
-# %% [test] test_MultiHeadAttention_dropout 2
-chk.test_MultiHeadAttention_dropout(MultiHeadAttention)
-
-# %% [test] test_MultiHeadAttention_random 2
-chk.test_MultiHeadAttention_random(MultiHeadAttention)
-### BEGIN HIDDEN TESTS
-chk.test_MultiHeadAttention_random(MultiHeadAttention, seed=8080)
-### END HIDDEN TESTS
+# %% [tests] MultiHeadAttention
 
 # %% [markdown]
 # ## 7. The same numbers as `nn.MultiheadAttention`

@@ -254,26 +254,7 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5):
     return y
     ### END SOLUTION
 
-# %% [test] test_layer_norm_basic 1
-chk.test_layer_norm_basic(layer_norm)
-
-# %% [test] test_layer_norm_affine 1
-chk.test_layer_norm_affine(layer_norm)
-
-# %% [test] test_layer_norm_eps 2
-chk.test_layer_norm_eps(layer_norm)
-
-# %% [test] test_layer_norm_batch_axes 1
-chk.test_layer_norm_batch_axes(layer_norm)
-
-# %% [test] test_layer_norm_gradient 1
-chk.test_layer_norm_gradient(layer_norm)
-
-# %% [test] test_layer_norm_random 2
-chk.test_layer_norm_random(layer_norm)
-### BEGIN HIDDEN TESTS
-chk.test_layer_norm_random(layer_norm, seed=5171)
-### END HIDDEN TESTS
+# %% [tests] layer_norm
 
 # %% [markdown]
 # Yours against `nn.LayerNorm` and against the tutorial version, on tokens of very different
@@ -344,14 +325,7 @@ class LayerNorm(nn.Module):
         return layer_norm(x, self.weight, self.bias, self.eps)
         ### END SOLUTION
 
-# %% [test] test_LayerNorm_init 1
-chk.test_LayerNorm_init(LayerNorm)
-
-# %% [test] test_LayerNorm_matches_torch 2
-chk.test_LayerNorm_matches_torch(LayerNorm)
-### BEGIN HIDDEN TESTS
-chk.test_LayerNorm_matches_torch(LayerNorm, seed=8128)
-### END HIDDEN TESTS
+# %% [tests] LayerNorm
 
 # %% [markdown]
 # ## 5. BatchNorm
@@ -443,26 +417,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     return y
     ### END SOLUTION
 
-# %% [test] test_batch_norm_train 2
-chk.test_batch_norm_train(batch_norm)
-
-# %% [test] test_batch_norm_running_stats 2
-chk.test_batch_norm_running_stats(batch_norm)
-
-# %% [test] test_batch_norm_eval 1
-chk.test_batch_norm_eval(batch_norm)
-
-# %% [test] test_batch_norm_sequences 2
-chk.test_batch_norm_sequences(batch_norm)
-
-# %% [test] test_batch_norm_gradient 1
-chk.test_batch_norm_gradient(batch_norm)
-
-# %% [test] test_batch_norm_random 2
-chk.test_batch_norm_random(batch_norm)
-### BEGIN HIDDEN TESTS
-chk.test_batch_norm_random(batch_norm, seed=9091)
-### END HIDDEN TESTS
+# %% [tests] batch_norm
 
 # %% [markdown]
 # **Running statistics in action.** Feed batches of 16 values drawn from a distribution with
@@ -530,14 +485,7 @@ class BatchNorm(nn.Module):
                           training=self.training, momentum=self.momentum, eps=self.eps)
         ### END SOLUTION
 
-# %% [test] test_BatchNorm_init 1
-chk.test_BatchNorm_init(BatchNorm)
-
-# %% [test] test_BatchNorm_train_eval 3
-chk.test_BatchNorm_train_eval(BatchNorm)
-### BEGIN HIDDEN TESTS
-chk.test_BatchNorm_train_eval(BatchNorm, seed=3107)
-### END HIDDEN TESTS
+# %% [tests] BatchNorm
 
 # %% [markdown]
 # ## 6. Experiments: where BatchNorm breaks on sequences
@@ -781,14 +729,7 @@ def rms_norm(x, weight=None, eps=1e-6):
     return y * weight if weight is not None else y
     ### END SOLUTION
 
-# %% [test] test_rms_norm_basic 1
-chk.test_rms_norm_basic(rms_norm)
-
-# %% [test] test_rms_norm_random 1
-chk.test_rms_norm_random(rms_norm)
-### BEGIN HIDDEN TESTS
-chk.test_rms_norm_random(rms_norm, seed=2718)
-### END HIDDEN TESTS
+# %% [tests] rms_norm
 
 # %% [markdown]
 # RMSNorm and LayerNorm agree on tokens whose features already average to zero, and part

@@ -202,20 +202,7 @@ def sinusoidal_positional_encoding(max_len, d_model, base=10000.0):
     return pe.float()
     ### END SOLUTION
 
-# %% [test] test_sinusoidal_positional_encoding_shape 1
-chk.test_sinusoidal_positional_encoding_shape(sinusoidal_positional_encoding)
-
-# %% [test] test_sinusoidal_positional_encoding_closed_form 2
-chk.test_sinusoidal_positional_encoding_closed_form(sinusoidal_positional_encoding)
-
-# %% [test] test_sinusoidal_positional_encoding_base 1
-chk.test_sinusoidal_positional_encoding_base(sinusoidal_positional_encoding)
-
-# %% [test] test_sinusoidal_positional_encoding_random 2
-chk.test_sinusoidal_positional_encoding_random(sinusoidal_positional_encoding)
-### BEGIN HIDDEN TESTS
-chk.test_sinusoidal_positional_encoding_random(sinusoidal_positional_encoding, seed=5151)
-### END HIDDEN TESTS
+# %% [tests] sinusoidal_positional_encoding
 
 # %% [markdown]
 # ### A worked example from the study notes, checked
@@ -460,20 +447,7 @@ def pe_shift_matrix(offset, d_model, base=10000.0):
     return M.float()
     ### END SOLUTION
 
-# %% [test] test_pe_shift_matrix_shape 1
-chk.test_pe_shift_matrix_shape(pe_shift_matrix)
-
-# %% [test] test_pe_shift_matrix_shift_property 2
-chk.test_pe_shift_matrix_shift_property(pe_shift_matrix)
-
-# %% [test] test_pe_shift_matrix_block_diagonal 1
-chk.test_pe_shift_matrix_block_diagonal(pe_shift_matrix)
-
-# %% [test] test_pe_shift_matrix_random 2
-chk.test_pe_shift_matrix_random(pe_shift_matrix)
-### BEGIN HIDDEN TESTS
-chk.test_pe_shift_matrix_random(pe_shift_matrix, seed=6117)
-### END HIDDEN TESTS
+# %% [tests] pe_shift_matrix
 
 # %% [markdown]
 # ### Derived, now checked
@@ -597,29 +571,7 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x + self.pe[:L])  # (L, D) broadcasts over the batch axis
         ### END SOLUTION
 
-# %% [test] test_PositionalEncoding_adds_table 2
-chk.test_PositionalEncoding_adds_table(PositionalEncoding)
-
-# %% [test] test_PositionalEncoding_buffer 2
-chk.test_PositionalEncoding_buffer(PositionalEncoding)
-
-# %% [test] test_PositionalEncoding_batch_invariance 2
-chk.test_PositionalEncoding_batch_invariance(PositionalEncoding)
-
-# %% [test] test_PositionalEncoding_max_len 1
-chk.test_PositionalEncoding_max_len(PositionalEncoding)
-### BEGIN HIDDEN TESTS
-chk.test_PositionalEncoding_max_len(PositionalEncoding, seed=3313)
-### END HIDDEN TESTS
-
-# %% [test] test_PositionalEncoding_dropout 1
-chk.test_PositionalEncoding_dropout(PositionalEncoding)
-
-# %% [test] test_PositionalEncoding_random 2
-chk.test_PositionalEncoding_random(PositionalEncoding)
-### BEGIN HIDDEN TESTS
-chk.test_PositionalEncoding_random(PositionalEncoding, seed=8080)
-### END HIDDEN TESTS
+# %% [tests] PositionalEncoding
 
 # %% [markdown]
 # ### The `size(0)` trap

@@ -136,17 +136,7 @@ class FeedForward(nn.Module):
         return self.linear2(self.dropout(torch.relu(self.linear1(x))))
         ### END SOLUTION
 
-# %% [test] test_FeedForward_structure 1
-chk.test_FeedForward_structure(FeedForward)
-
-# %% [test] test_FeedForward_values 2
-chk.test_FeedForward_values(FeedForward)
-### BEGIN HIDDEN TESTS
-chk.test_FeedForward_values(FeedForward, seed=3131)
-### END HIDDEN TESTS
-
-# %% [test] test_FeedForward_dropout 1
-chk.test_FeedForward_dropout(FeedForward)
+# %% [tests] FeedForward
 
 # %% [markdown]
 # Two facts worth seeing. First, *position-wise* is literal: change one token and only that
@@ -314,20 +304,7 @@ class EncoderLayer(nn.Module):
         return x  # (B, L, d_model)
         ### END SOLUTION
 
-# %% [test] test_EncoderLayer_structure 1
-chk.test_EncoderLayer_structure(EncoderLayer)
-
-# %% [test] test_EncoderLayer_matches_torch 3
-chk.test_EncoderLayer_matches_torch(EncoderLayer)
-### BEGIN HIDDEN TESTS
-chk.test_EncoderLayer_matches_torch(EncoderLayer, seed=4711)
-### END HIDDEN TESTS
-
-# %% [test] test_EncoderLayer_padding 1
-chk.test_EncoderLayer_padding(EncoderLayer)
-
-# %% [test] test_EncoderLayer_dropout 1
-chk.test_EncoderLayer_dropout(EncoderLayer)
+# %% [tests] EncoderLayer
 
 # %% [markdown]
 # ## 5. The encoder: a stack of layers
@@ -393,17 +370,7 @@ class Encoder(nn.Module):
         return self.norm(x)
         ### END SOLUTION
 
-# %% [test] test_Encoder_structure 1
-chk.test_Encoder_structure(Encoder)
-
-# %% [test] test_Encoder_matches_torch 3
-chk.test_Encoder_matches_torch(Encoder)
-### BEGIN HIDDEN TESTS
-chk.test_Encoder_matches_torch(Encoder, seed=2024)
-### END HIDDEN TESTS
-
-# %% [test] test_Encoder_padding_dropout 1
-chk.test_Encoder_padding_dropout(Encoder)
+# %% [tests] Encoder
 
 # %% [markdown]
 # ## 6. Post-norm against pre-norm, measured
@@ -602,23 +569,7 @@ class DecoderLayer(nn.Module):
         return x  # (B, Lt, d_model)
         ### END SOLUTION
 
-# %% [test] test_DecoderLayer_structure 1
-chk.test_DecoderLayer_structure(DecoderLayer)
-
-# %% [test] test_DecoderLayer_matches_torch 3
-chk.test_DecoderLayer_matches_torch(DecoderLayer)
-### BEGIN HIDDEN TESTS
-chk.test_DecoderLayer_matches_torch(DecoderLayer, seed=8128)
-### END HIDDEN TESTS
-
-# %% [test] test_DecoderLayer_causal 1
-chk.test_DecoderLayer_causal(DecoderLayer)
-
-# %% [test] test_DecoderLayer_memory 1
-chk.test_DecoderLayer_memory(DecoderLayer)
-
-# %% [test] test_DecoderLayer_dropout 1
-chk.test_DecoderLayer_dropout(DecoderLayer)
+# %% [tests] DecoderLayer
 
 # %% [markdown]
 # ### Seeing causality and cross-attention
@@ -762,17 +713,7 @@ class Decoder(nn.Module):
         return self.norm(x)
         ### END SOLUTION
 
-# %% [test] test_Decoder_structure 1
-chk.test_Decoder_structure(Decoder)
-
-# %% [test] test_Decoder_matches_torch 3
-chk.test_Decoder_matches_torch(Decoder)
-### BEGIN HIDDEN TESTS
-chk.test_Decoder_matches_torch(Decoder, seed=9901)
-### END HIDDEN TESTS
-
-# %% [test] test_Decoder_causal_memory 1
-chk.test_Decoder_causal_memory(Decoder)
+# %% [tests] Decoder
 
 # %% [markdown]
 # ## 9. The same as PyTorch's layers

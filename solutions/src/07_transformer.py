@@ -248,35 +248,7 @@ class Transformer(nn.Module):
 # %% [markdown]
 # Run the checks. Each prints a ✔ line when it passes, or tells you what is wrong.
 
-# %% [test] test_Transformer_shapes 1
-chk.test_Transformer_shapes(Transformer)
-
-# %% [test] test_Transformer_init 1
-chk.test_Transformer_init(Transformer)
-
-# %% [test] test_Transformer_embeddings 2
-chk.test_Transformer_embeddings(Transformer)
-
-# %% [test] test_Transformer_causal 2
-chk.test_Transformer_causal(Transformer)
-### BEGIN HIDDEN TESTS
-chk.test_Transformer_causal(Transformer, seed=3131)
-### END HIDDEN TESTS
-
-# %% [test] test_Transformer_padding 2
-chk.test_Transformer_padding(Transformer)
-### BEGIN HIDDEN TESTS
-chk.test_Transformer_padding(Transformer, seed=4711)
-### END HIDDEN TESTS
-
-# %% [test] test_Transformer_matches_torch 3
-chk.test_Transformer_matches_torch(Transformer)
-### BEGIN HIDDEN TESTS
-chk.test_Transformer_matches_torch(Transformer, seed=9090)
-### END HIDDEN TESTS
-
-# %% [test] test_Transformer_overfit 2
-chk.test_Transformer_overfit(Transformer)
+# %% [tests] Transformer
 
 # %% [markdown]
 # ### The same model as `nn.Transformer`
@@ -450,20 +422,7 @@ def teacher_forcing_loss(model, src, tgt):
                            ignore_index=model.pad_id)
     ### END SOLUTION
 
-# %% [test] test_teacher_forcing_loss_value 2
-chk.test_teacher_forcing_loss_value(teacher_forcing_loss)
-### BEGIN HIDDEN TESTS
-chk.test_teacher_forcing_loss_value(teacher_forcing_loss, seed=2024)
-### END HIDDEN TESTS
-
-# %% [test] test_teacher_forcing_loss_padding 1
-chk.test_teacher_forcing_loss_padding(teacher_forcing_loss)
-### BEGIN HIDDEN TESTS
-chk.test_teacher_forcing_loss_padding(teacher_forcing_loss, seed=7707)
-### END HIDDEN TESTS
-
-# %% [test] test_teacher_forcing_loss_gradient 1
-chk.test_teacher_forcing_loss_gradient(teacher_forcing_loss)
+# %% [tests] teacher_forcing_loss
 
 # %% [markdown]
 # ### Label smoothing: don't ask for certainty
@@ -556,29 +515,7 @@ def label_smoothing_cross_entropy(logits, target, smoothing=0.0, ignore_index=-1
     return loss[keep].mean()
     ### END SOLUTION
 
-# %% [test] test_label_smoothing_cross_entropy_value 2
-chk.test_label_smoothing_cross_entropy_value(label_smoothing_cross_entropy)
-### BEGIN HIDDEN TESTS
-chk.test_label_smoothing_cross_entropy_value(label_smoothing_cross_entropy, seed=1717)
-### END HIDDEN TESTS
-
-# %% [test] test_label_smoothing_cross_entropy_ignore 2
-chk.test_label_smoothing_cross_entropy_ignore(label_smoothing_cross_entropy)
-
-# %% [test] test_label_smoothing_cross_entropy_shapes 1
-chk.test_label_smoothing_cross_entropy_shapes(label_smoothing_cross_entropy)
-
-# %% [test] test_label_smoothing_cross_entropy_stable 1
-chk.test_label_smoothing_cross_entropy_stable(label_smoothing_cross_entropy)
-
-# %% [test] test_label_smoothing_cross_entropy_gradient 1
-chk.test_label_smoothing_cross_entropy_gradient(label_smoothing_cross_entropy)
-
-# %% [test] test_label_smoothing_cross_entropy_random 1
-chk.test_label_smoothing_cross_entropy_random(label_smoothing_cross_entropy)
-### BEGIN HIDDEN TESTS
-chk.test_label_smoothing_cross_entropy_random(label_smoothing_cross_entropy, seed=5150)
-### END HIDDEN TESTS
+# %% [tests] label_smoothing_cross_entropy
 
 # %% [markdown]
 # The training below uses it: the same teacher-forced logits and labels as your
@@ -737,23 +674,7 @@ def greedy_decode(model, src, max_len, bos_id, eos_id):
     return ys
     ### END SOLUTION
 
-# %% [test] test_greedy_decode_scripted 2
-chk.test_greedy_decode_scripted(greedy_decode)
-### BEGIN HIDDEN TESTS
-chk.test_greedy_decode_scripted(greedy_decode, seed=7349)
-### END HIDDEN TESTS
-
-# %% [test] test_greedy_decode_max_len 1
-chk.test_greedy_decode_max_len(greedy_decode)
-### BEGIN HIDDEN TESTS
-chk.test_greedy_decode_max_len(greedy_decode, seed=5501)
-### END HIDDEN TESTS
-
-# %% [test] test_greedy_decode_matches_reference 2
-chk.test_greedy_decode_matches_reference(greedy_decode)
-### BEGIN HIDDEN TESTS
-chk.test_greedy_decode_matches_reference(greedy_decode, seed=7790)
-### END HIDDEN TESTS
+# %% [tests] greedy_decode
 
 # %% [markdown]
 # ### How well did it learn?

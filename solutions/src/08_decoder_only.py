@@ -140,17 +140,7 @@ def next_token_loss(logits, tokens, ignore_id=None):
     return F.cross_entropy(pred, target, ignore_index=-100 if ignore_id is None else ignore_id)
     ### END SOLUTION
 
-# %% [test] test_next_token_loss_seed_tables 1
-chk.test_next_token_loss_seed_tables(next_token_loss)
-
-# %% [test] test_next_token_loss_ignore_id 1
-chk.test_next_token_loss_ignore_id(next_token_loss)
-
-# %% [test] test_next_token_loss_random 2
-chk.test_next_token_loss_random(next_token_loss)
-### BEGIN HIDDEN TESTS
-chk.test_next_token_loss_random(next_token_loss, seed=4301)
-### END HIDDEN TESTS
+# %% [tests] next_token_loss
 
 # %% [markdown]
 # ## 3. Causal self-attention that can continue: the key/value cache
@@ -244,20 +234,7 @@ class CausalSelfAttention(nn.Module):
         return self.w_o(combine_heads(out)), (k, v)
         ### END SOLUTION
 
-# %% [test] test_CausalSelfAttention_shapes 1
-chk.test_CausalSelfAttention_shapes(CausalSelfAttention)
-
-# %% [test] test_CausalSelfAttention_matches_torch 2
-chk.test_CausalSelfAttention_matches_torch(CausalSelfAttention)
-### BEGIN HIDDEN TESTS
-chk.test_CausalSelfAttention_matches_torch(CausalSelfAttention, seed=8117)
-### END HIDDEN TESTS
-
-# %% [test] test_CausalSelfAttention_cache 2
-chk.test_CausalSelfAttention_cache(CausalSelfAttention)
-### BEGIN HIDDEN TESTS
-chk.test_CausalSelfAttention_cache(CausalSelfAttention, seed=9773)
-### END HIDDEN TESTS
+# %% [tests] CausalSelfAttention
 
 # %% [markdown]
 # ## 4. The model: embeddings, positions, a causal stack, logits
@@ -369,23 +346,7 @@ class DecoderOnlyLM(nn.Module):
         return (logits, cache) if use_cache else logits
         ### END SOLUTION
 
-# %% [test] test_DecoderOnlyLM_shapes 1
-chk.test_DecoderOnlyLM_shapes(DecoderOnlyLM)
-
-# %% [test] test_DecoderOnlyLM_causal 2
-chk.test_DecoderOnlyLM_causal(DecoderOnlyLM)
-
-# %% [test] test_DecoderOnlyLM_matches_torch 2
-chk.test_DecoderOnlyLM_matches_torch(DecoderOnlyLM)
-### BEGIN HIDDEN TESTS
-chk.test_DecoderOnlyLM_matches_torch(DecoderOnlyLM, seed=5150)
-### END HIDDEN TESTS
-
-# %% [test] test_DecoderOnlyLM_kv_cache 3
-chk.test_DecoderOnlyLM_kv_cache(DecoderOnlyLM)
-### BEGIN HIDDEN TESTS
-chk.test_DecoderOnlyLM_kv_cache(DecoderOnlyLM, seed=6021)
-### END HIDDEN TESTS
+# %% [tests] DecoderOnlyLM
 
 # %% [markdown]
 # **Causality, seen.** Change one token and look at how much every position's logits move.
@@ -587,20 +548,7 @@ def generate(model, prompt, max_new_tokens, temperature=1.0, top_k=None, eos_id=
     return seq
     ### END SOLUTION
 
-# %% [test] test_generate_greedy_cache 3
-chk.test_generate_greedy_cache(generate)
-### BEGIN HIDDEN TESTS
-chk.test_generate_greedy_cache(generate, seed=3907)
-### END HIDDEN TESTS
-
-# %% [test] test_generate_greedy_equivalents 1
-chk.test_generate_greedy_equivalents(generate)
-
-# %% [test] test_generate_sampling 2
-chk.test_generate_sampling(generate)
-
-# %% [test] test_generate_eos 2
-chk.test_generate_eos(generate)
+# %% [tests] generate
 
 # %% [markdown]
 # Seed 001's prompts, answered by `generate` with the cache, stopping at `<EOS>`. The rows are

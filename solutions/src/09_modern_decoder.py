@@ -111,17 +111,7 @@ def rms_norm(x, weight=None, eps=1e-6):
     return y.to(x.dtype)
     ### END SOLUTION
 
-# %% [test] test_rms_norm_basic 2
-chk.test_rms_norm_basic(rms_norm)
-
-# %% [test] test_rms_norm_random 2
-chk.test_rms_norm_random(rms_norm)
-### BEGIN HIDDEN TESTS
-chk.test_rms_norm_random(rms_norm, seed=9191)
-### END HIDDEN TESTS
-
-# %% [test] test_rms_norm_half 1
-chk.test_rms_norm_half(rms_norm)
+# %% [tests] rms_norm
 
 # %% [markdown]
 # **The bfloat16 probe.** The same rows normalised two ways in bfloat16, compared with the
@@ -161,14 +151,7 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)
         ### END SOLUTION
 
-# %% [test] test_RMSNorm_module 2
-chk.test_RMSNorm_module(RMSNorm)
-
-# %% [test] test_RMSNorm_random 1
-chk.test_RMSNorm_random(RMSNorm)
-### BEGIN HIDDEN TESTS
-chk.test_RMSNorm_random(RMSNorm, seed=4242)
-### END HIDDEN TESTS
+# %% [tests] RMSNorm
 
 # %% [markdown]
 # **What dropping the mean changes, measured.** The same vectors through LayerNorm and RMSNorm
@@ -272,23 +255,7 @@ def apply_rope(x, offset=0, base=10000.0, positions=None):
     return out.flatten(-2).to(x.dtype)  # (..., L, D): each rotated pair back at (2i, 2i+1)
     ### END SOLUTION
 
-# %% [test] test_apply_rope_basic 2
-chk.test_apply_rope_basic(apply_rope)
-
-# %% [test] test_apply_rope_relative 2
-chk.test_apply_rope_relative(apply_rope)
-
-# %% [test] test_apply_rope_random 2
-chk.test_apply_rope_random(apply_rope)
-### BEGIN HIDDEN TESTS
-chk.test_apply_rope_random(apply_rope, seed=2718)
-### END HIDDEN TESTS
-
-# %% [test] test_apply_rope_positions 1
-chk.test_apply_rope_positions(apply_rope)
-
-# %% [test] test_apply_rope_half 1
-chk.test_apply_rope_half(apply_rope)
+# %% [tests] apply_rope
 
 # %% [markdown]
 # **The bfloat16 probe.** The same vectors rotated three ways, compared with the float64
@@ -415,14 +382,7 @@ class SwiGLU(nn.Module):
         return self.down(F.silu(self.gate(x)) * self.up(x))
         ### END SOLUTION
 
-# %% [test] test_SwiGLU_structure 1
-chk.test_SwiGLU_structure(SwiGLU)
-
-# %% [test] test_SwiGLU_matches 2
-chk.test_SwiGLU_matches(SwiGLU)
-### BEGIN HIDDEN TESTS
-chk.test_SwiGLU_matches(SwiGLU, seed=3141)
-### END HIDDEN TESTS
+# %% [tests] SwiGLU
 
 # %% [markdown]
 # The 2/3 rule, counted on real modules (the course's `FeedForward` of notebook 06 has biases;
@@ -549,23 +509,7 @@ class GroupedQueryAttention(nn.Module):
         return self.w_o(out), (k, v)
         ### END SOLUTION
 
-# %% [test] test_GroupedQueryAttention_structure 1
-chk.test_GroupedQueryAttention_structure(GroupedQueryAttention)
-
-# %% [test] test_GroupedQueryAttention_matches_torch 3
-chk.test_GroupedQueryAttention_matches_torch(GroupedQueryAttention)
-### BEGIN HIDDEN TESTS
-chk.test_GroupedQueryAttention_matches_torch(GroupedQueryAttention, seed=1729)
-### END HIDDEN TESTS
-
-# %% [test] test_GroupedQueryAttention_cache 2
-chk.test_GroupedQueryAttention_cache(GroupedQueryAttention)
-### BEGIN HIDDEN TESTS
-chk.test_GroupedQueryAttention_cache(GroupedQueryAttention, seed=6502)
-### END HIDDEN TESTS
-
-# %% [test] test_GroupedQueryAttention_positions 1
-chk.test_GroupedQueryAttention_positions(GroupedQueryAttention)
+# %% [tests] GroupedQueryAttention
 
 # %% [markdown]
 # **The cache is where GQA pays.** The KV cache of one sequence holds
@@ -704,20 +648,7 @@ class ModernDecoderLM(nn.Module):
         return self.lm_head(self.norm(x)), new_cache  # (B, T, vocab_size)
         ### END SOLUTION
 
-# %% [test] test_ModernDecoderLM_structure 2
-chk.test_ModernDecoderLM_structure(ModernDecoderLM)
-
-# %% [test] test_ModernDecoderLM_matches_torch 3
-chk.test_ModernDecoderLM_matches_torch(ModernDecoderLM)
-### BEGIN HIDDEN TESTS
-chk.test_ModernDecoderLM_matches_torch(ModernDecoderLM, seed=8086)
-### END HIDDEN TESTS
-
-# %% [test] test_ModernDecoderLM_cache 2
-chk.test_ModernDecoderLM_cache(ModernDecoderLM)
-### BEGIN HIDDEN TESTS
-chk.test_ModernDecoderLM_cache(ModernDecoderLM, seed=6809)
-### END HIDDEN TESTS
+# %% [tests] ModernDecoderLM
 
 # %% [markdown]
 # ### Training it beside notebook 08's model
@@ -846,17 +777,7 @@ def top_p_filter(logits, top_p):
     return torch.empty_like(logits).scatter(-1, order, sorted_logits)  # back to vocabulary order
     ### END SOLUTION
 
-# %% [test] test_top_p_filter_basic 2
-chk.test_top_p_filter_basic(top_p_filter)
-
-# %% [test] test_top_p_filter_top_token 1
-chk.test_top_p_filter_top_token(top_p_filter)
-
-# %% [test] test_top_p_filter_random 2
-chk.test_top_p_filter_random(top_p_filter)
-### BEGIN HIDDEN TESTS
-chk.test_top_p_filter_random(top_p_filter, seed=7777)
-### END HIDDEN TESTS
+# %% [tests] top_p_filter
 
 # %% [markdown]
 # **How many tokens survive as the distribution sharpens.** One next-token distribution over

@@ -173,29 +173,7 @@ def online_softmax(x, block_size):
 # %% [markdown]
 # Run the checks. Each prints a ✔ line when it passes, or tells you what is wrong.
 
-# %% [test] test_online_softmax_values 2
-chk.test_online_softmax_values(online_softmax)
-### BEGIN HIDDEN TESTS
-chk.test_online_softmax_values(online_softmax, seed=6066)
-### END HIDDEN TESTS
-
-# %% [test] test_online_softmax_blocks 2
-chk.test_online_softmax_blocks(online_softmax)
-### BEGIN HIDDEN TESTS
-chk.test_online_softmax_blocks(online_softmax, seed=4242)
-### END HIDDEN TESTS
-
-# %% [test] test_online_softmax_masked 1
-chk.test_online_softmax_masked(online_softmax)
-
-# %% [test] test_online_softmax_random 2
-chk.test_online_softmax_random(online_softmax)
-### BEGIN HIDDEN TESTS
-chk.test_online_softmax_random(online_softmax, seed=8128)
-### END HIDDEN TESTS
-
-# %% [test] test_online_softmax_half 1
-chk.test_online_softmax_half(online_softmax)
+# %% [tests] online_softmax
 
 # %% [markdown]
 # **The bfloat16 probe.** Rows of 2048 scores in bfloat16, in blocks of 4, two ways: your
@@ -360,32 +338,7 @@ def flash_attention(q, k, v, block_size=64, causal=False):
     return acc / l
     ### END SOLUTION
 
-# %% [test] test_flash_attention_values 2
-chk.test_flash_attention_values(flash_attention)
-### BEGIN HIDDEN TESTS
-chk.test_flash_attention_values(flash_attention, seed=5151)
-### END HIDDEN TESTS
-
-# %% [test] test_flash_attention_causal 2
-chk.test_flash_attention_causal(flash_attention)
-### BEGIN HIDDEN TESTS
-chk.test_flash_attention_causal(flash_attention, seed=7171)
-### END HIDDEN TESTS
-
-# %% [test] test_flash_attention_memory 3
-chk.test_flash_attention_memory(flash_attention)
-### BEGIN HIDDEN TESTS
-chk.test_flash_attention_memory(flash_attention, seed=1234)
-### END HIDDEN TESTS
-
-# %% [test] test_flash_attention_gradient 1
-chk.test_flash_attention_gradient(flash_attention)
-
-# %% [test] test_flash_attention_random 2
-chk.test_flash_attention_random(flash_attention)
-### BEGIN HIDDEN TESTS
-chk.test_flash_attention_random(flash_attention, seed=3137)
-### END HIDDEN TESTS
+# %% [tests] flash_attention
 
 # %% [markdown]
 # ### What the recorder saw
@@ -655,17 +608,7 @@ class FlashAttention(torch.autograd.Function):
         return dq, dk, dv, None, None
         ### END SOLUTION
 
-# %% [test] test_FlashAttention_gradients 3
-chk.test_FlashAttention_gradients(FlashAttention)
-### BEGIN HIDDEN TESTS
-chk.test_FlashAttention_gradients(FlashAttention, seed=2024)
-### END HIDDEN TESTS
-
-# %% [test] test_FlashAttention_memory 3
-chk.test_FlashAttention_memory(FlashAttention)
-### BEGIN HIDDEN TESTS
-chk.test_FlashAttention_memory(FlashAttention, seed=4711)
-### END HIDDEN TESTS
+# %% [tests] FlashAttention
 
 # %% [markdown]
 # **Peak memory of forward and backward, measured.** The same runs as above, now with your

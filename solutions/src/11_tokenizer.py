@@ -252,23 +252,7 @@ def train_bpe(text, vocab_size, special_tokens=()):
     return vocab, merges
     ### END SOLUTION
 
-# %% [test] test_train_bpe_tiny 1
-chk.test_train_bpe_tiny(train_bpe)
-
-# %% [test] test_train_bpe_pretokens 1
-chk.test_train_bpe_pretokens(train_bpe)
-
-# %% [test] test_train_bpe_ties 1
-chk.test_train_bpe_ties(train_bpe)
-
-# %% [test] test_train_bpe_special_tokens 1
-chk.test_train_bpe_special_tokens(train_bpe)
-
-# %% [test] test_train_bpe_unicode 2
-chk.test_train_bpe_unicode(train_bpe)
-### BEGIN HIDDEN TESTS
-chk.test_train_bpe_unicode(train_bpe, seed=1103)
-### END HIDDEN TESTS
+# %% [tests] train_bpe
 
 # %% [markdown]
 # ### Training on real text
@@ -430,29 +414,7 @@ class Tokenizer:
             yield from self.encode(buffer)
         ### END SOLUTION
 
-# %% [test] test_Tokenizer_encode 2
-chk.test_Tokenizer_encode(Tokenizer)
-### BEGIN HIDDEN TESTS
-chk.test_Tokenizer_encode(Tokenizer, seed=1104)
-### END HIDDEN TESTS
-
-# %% [test] test_Tokenizer_roundtrip 2
-chk.test_Tokenizer_roundtrip(Tokenizer)
-### BEGIN HIDDEN TESTS
-chk.test_Tokenizer_roundtrip(Tokenizer, seed=1105)
-### END HIDDEN TESTS
-
-# %% [test] test_Tokenizer_decode 1
-chk.test_Tokenizer_decode(Tokenizer)
-
-# %% [test] test_Tokenizer_special_tokens 1
-chk.test_Tokenizer_special_tokens(Tokenizer)
-
-# %% [test] test_Tokenizer_encode_iterable 2
-chk.test_Tokenizer_encode_iterable(Tokenizer)
-### BEGIN HIDDEN TESTS
-chk.test_Tokenizer_encode_iterable(Tokenizer, seed=1106)
-### END HIDDEN TESTS
+# %% [tests] Tokenizer
 
 # %% [markdown]
 # One sentence, encoded, with each token shown between bars:

@@ -117,17 +117,7 @@ def get_batch(data, batch_size, context_length, device="cpu", generator=None):
     return x.to(device), y.to(device)
     ### END SOLUTION
 
-# %% [test] test_get_batch_shift 1
-chk.test_get_batch_shift(get_batch)
-
-# %% [test] test_get_batch_bounds 1
-chk.test_get_batch_bounds(get_batch)
-### BEGIN HIDDEN TESTS
-chk.test_get_batch_bounds(get_batch, seed=1201)
-### END HIDDEN TESTS
-
-# %% [test] test_get_batch_device 1
-chk.test_get_batch_device(get_batch)
+# %% [tests] get_batch
 
 # %%
 get_batch_fn = pick("get_batch", lambda: get_batch, lambda: R.get_batch,
@@ -206,14 +196,7 @@ class AdamW(torch.optim.Optimizer):
         return loss
         ### END SOLUTION
 
-# %% [test] test_AdamW_steps 2
-chk.test_AdamW_steps(AdamW)
-### BEGIN HIDDEN TESTS
-chk.test_AdamW_steps(AdamW, seed=1202)
-### END HIDDEN TESTS
-
-# %% [test] test_AdamW_weight_decay 1
-chk.test_AdamW_weight_decay(AdamW)
+# %% [tests] AdamW
 
 # %% [markdown]
 # The same 100 steps with yours and with PyTorch's, side by side, and what the bias correction
@@ -277,14 +260,7 @@ def cosine_schedule(step, max_lr, min_lr, warmup_steps, cosine_steps):
     return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (max_lr - min_lr)
     ### END SOLUTION
 
-# %% [test] test_cosine_schedule_warmup 1
-chk.test_cosine_schedule_warmup(cosine_schedule)
-
-# %% [test] test_cosine_schedule_cosine 1
-chk.test_cosine_schedule_cosine(cosine_schedule)
-### BEGIN HIDDEN TESTS
-chk.test_cosine_schedule_cosine(cosine_schedule, seed=1203)
-### END HIDDEN TESTS
+# %% [tests] cosine_schedule
 
 # %%
 schedule = pick("cosine_schedule", lambda: cosine_schedule, lambda: R.cosine_schedule,
@@ -325,14 +301,7 @@ def clip_grad_norm(parameters, max_norm):
     return total
     ### END SOLUTION
 
-# %% [test] test_clip_grad_norm_values 2
-chk.test_clip_grad_norm_values(clip_grad_norm)
-### BEGIN HIDDEN TESTS
-chk.test_clip_grad_norm_values(clip_grad_norm, seed=1204)
-### END HIDDEN TESTS
-
-# %% [test] test_clip_grad_norm_returns 1
-chk.test_clip_grad_norm_returns(clip_grad_norm)
+# %% [tests] clip_grad_norm
 
 # %%
 clip = pick("clip_grad_norm", lambda: clip_grad_norm, lambda: R.clip_grad_norm,
@@ -367,8 +336,7 @@ def save_checkpoint(model, optimizer, step, path):
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, path)
     ### END SOLUTION
 
-# %% [test] test_save_checkpoint_resume 1
-chk.test_save_checkpoint_resume(save_checkpoint)
+# %% [tests] save_checkpoint
 
 # %% [solution] load_checkpoint
 def load_checkpoint(path, model, optimizer):
@@ -380,8 +348,7 @@ def load_checkpoint(path, model, optimizer):
     return ckpt["step"]
     ### END SOLUTION
 
-# %% [test] test_load_checkpoint_resume 1
-chk.test_load_checkpoint_resume(load_checkpoint)
+# %% [tests] load_checkpoint
 
 # %% [markdown]
 # ## 7. Evaluation and perplexity
@@ -435,14 +402,7 @@ def evaluate(model, data, context_length, batch_size=32):
     return mean, math.exp(mean)
     ### END SOLUTION
 
-# %% [test] test_evaluate_loss 2
-chk.test_evaluate_loss(evaluate)
-### BEGIN HIDDEN TESTS
-chk.test_evaluate_loss(evaluate, seed=1205)
-### END HIDDEN TESTS
-
-# %% [test] test_evaluate_mode 1
-chk.test_evaluate_mode(evaluate)
+# %% [tests] evaluate
 
 # %% [markdown]
 # ## 8. Baselines: what perplexity means here

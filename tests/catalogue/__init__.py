@@ -102,8 +102,10 @@ def without_reference(assignment: str):
             tfscratch.reference = bound
 
 
-def is_test_of(grade_id: str, exercise: str) -> bool:
-    return grade_id == f"test_{exercise}" or grade_id.startswith(f"test_{exercise}_")
+def is_test_of(assignment: str, grade_id: str, exercise: str) -> bool:
+    """Whether a test cell checks `exercise`, as its spec declares it (manifest.owners)."""
+    from tfsgrade import manifest
+    return manifest.owners(assignment).get(grade_id) == exercise
 
 
 @lru_cache(maxsize=None)
@@ -163,7 +165,7 @@ def _run_exercise(assignment, exercise, code, fills, plt) -> list[TestResult]:
             except Exception:  # a broken definition: its tests will report NameError etc.
                 if gid != exercise:
                     raise
-        elif kind == "test" and is_test_of(gid, exercise):
+        elif kind == "test" and is_test_of(assignment, gid, exercise):
             out, err = io.StringIO(), io.StringIO()
             try:
                 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -66,7 +66,9 @@ def check(ex, cell: str, obj, seed: int = PUBLIC_SEED, namespace: dict | None = 
           assignment: str | None = None) -> None:
     """Run the probes of `ex` that back `cell` on `obj` and judge them (see the module doc)."""
     from ..specs import engine, stored, vm
-    sub = replace(ex, probes=[p for p in ex.probes if cell in p.cells])
+    probes = ex.probes_of(cell)
+    backed = {str(c) for p in probes for c in p.cells}
+    sub = replace(ex, probes=probes, graded=tuple(g for g in ex.graded if g.id in backed))
     found = stored.public(assignment, ex.name) if assignment and seed == PUBLIC_SEED else None
     if found is None and not engine.reference_available(ex):
         if seed != PUBLIC_SEED:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 
-from .engine import Exercise, Probe, batch, call, given, like, part, randn, shapes, when
+from .engine import Exercise, Graded, Probe, batch, call, given, like, part, randn, shapes, when
 
 
 def _rows_apart(g):
@@ -98,6 +98,9 @@ _QKV4 = (randn(2, 3, 5, 8), randn(2, 3, 6, 8), randn(2, 3, 6, 2))   # two batch 
 
 EXERCISES = [
     Exercise("softmax", ref="attention.softmax", shortcuts=("softmax",),
+             graded=(Graded("test_softmax_rows", 1), Graded("test_softmax_dim", 1),
+                     Graded("test_softmax_stable", 2), Graded("test_softmax_gradient", 1),
+                     Graded("test_softmax_random", 2, hidden_seed=9173)),
              diagnose=SOFTMAX_DIAGNOSES, probes=[
         Probe("rows", ("test_softmax_rows", "test_softmax_random"),
               [call(randn(5, 5, scale=3.0)), call(randn(6, 9, scale=3.0))],
@@ -118,6 +121,11 @@ EXERCISES = [
               what="the gradient for a random upstream gradient"),
     ]),
     Exercise("scaled_dot_product_attention", ref="masks.scaled_dot_product_attention",
+             graded=(Graded("test_scaled_dot_product_attention_shapes", 1),
+                     Graded("test_scaled_dot_product_attention_weights", 2),
+                     Graded("test_scaled_dot_product_attention_output", 2),
+                     Graded("test_scaled_dot_product_attention_batch_axes", 1),
+                     Graded("test_scaled_dot_product_attention_random", 2, hidden_seed=4242)),
              shortcuts=("attention",), diagnose=ATTENTION_DIAGNOSES, probes=[
         Probe("shapes", (shapes("test_scaled_dot_product_attention_shapes"),
                          "test_scaled_dot_product_attention_random"),

@@ -23,7 +23,7 @@ import re
 import numpy as np
 import torch
 
-from .engine import (ATOL, RTOL, Exercise, Probe, compare_key, call, ctor, given, like, randn,
+from .engine import (ATOL, RTOL, Exercise, Graded, Probe, compare_key, call, ctor, given, like, randn,
                      shapes, when)
 
 
@@ -608,6 +608,9 @@ def _dec_same_lengths(nf, name, cells, n=None):
 
 EXERCISES = [
     Exercise("FeedForward", ref="blocks.FeedForward", shortcuts=_SC, diagnose=FF_DIAGNOSES,
+             graded=(Graded("test_FeedForward_structure", 1),
+                     Graded("test_FeedForward_values", 2, hidden_seed=3131),
+                     Graded("test_FeedForward_dropout", 1)),
              probes=[
         _params(ctor(8, 20), "test_FeedForward_structure", "FeedForward(8, 20)"),
         Probe("structure", (shapes("test_FeedForward_structure"),), [call(_x(2, 5, 8))],
@@ -634,6 +637,10 @@ EXERCISES = [
               what="train mode with the default dropout=0.0"),
     ]),
     Exercise("EncoderLayer", ref="blocks.EncoderLayer", shortcuts=_SC,
+             graded=(Graded("test_EncoderLayer_structure", 1),
+                     Graded("test_EncoderLayer_matches_torch", 3, hidden_seed=4711),
+                     Graded("test_EncoderLayer_padding", 1),
+                     Graded("test_EncoderLayer_dropout", 1)),
              diagnose=ENC_LAYER_DIAGNOSES, probes=[
         _params(ctor(16, 4, 40), "test_EncoderLayer_structure", "EncoderLayer(16, 4, 40)"),
         Probe("structure", (shapes("test_EncoderLayer_structure"),), [call(_x(2, 5, 16))],
@@ -662,6 +669,10 @@ EXERCISES = [
                 what=f"{_pm(nf)} in train mode with dropout=0.3") for nf in (False, True)],
     ]),
     Exercise("DecoderLayer", ref="blocks.DecoderLayer", shortcuts=_SC,
+             graded=(Graded("test_DecoderLayer_structure", 1),
+                     Graded("test_DecoderLayer_matches_torch", 3, hidden_seed=8128),
+                     Graded("test_DecoderLayer_causal", 1), Graded("test_DecoderLayer_memory", 1),
+                     Graded("test_DecoderLayer_dropout", 1)),
              diagnose=DEC_LAYER_DIAGNOSES, probes=[
         _params(ctor(16, 4, 40), "test_DecoderLayer_structure", "DecoderLayer(16, 4, 40)"),
         Probe("structure", (shapes("test_DecoderLayer_structure"),), [call(_x(2, 5, 16), _x(2, 7, 16))],
@@ -699,7 +710,11 @@ EXERCISES = [
                                              "network, and drop each sub-layer's output"),
                 what=f"{_pm(nf)} in train mode with dropout=0.3") for nf in (False, True)],
     ]),
-    Exercise("Encoder", ref="blocks.Encoder", shortcuts=_SC, diagnose=ENC_DIAGNOSES, probes=[
+    Exercise("Encoder", ref="blocks.Encoder", shortcuts=_SC, diagnose=ENC_DIAGNOSES,
+             graded=(Graded("test_Encoder_structure", 1),
+                     Graded("test_Encoder_matches_torch", 3, hidden_seed=2024),
+                     Graded("test_Encoder_padding_dropout", 1)),
+             probes=[
         *[_params(ctor(n, 16, 4, 32), "test_Encoder_structure", f"Encoder({n}, 16, 4, 32)", n)
           for n in (3, 1)],
         *[Probe(f"structure {n}", (shapes("test_Encoder_structure"),), [call(_x(2, 5, 16))],
@@ -724,7 +739,11 @@ EXERCISES = [
                 compare=_dropout_active(0.3, "pass dropout on to every layer"),
                 what=f"{_pm(nf)} in train mode with dropout=0.3") for nf in (False, True)],
     ]),
-    Exercise("Decoder", ref="blocks.Decoder", shortcuts=_SC, diagnose=DEC_DIAGNOSES, probes=[
+    Exercise("Decoder", ref="blocks.Decoder", shortcuts=_SC, diagnose=DEC_DIAGNOSES,
+             graded=(Graded("test_Decoder_structure", 1),
+                     Graded("test_Decoder_matches_torch", 3, hidden_seed=9901),
+                     Graded("test_Decoder_causal_memory", 1)),
+             probes=[
         *[_params(ctor(n, 16, 4, 32), "test_Decoder_structure", f"Decoder({n}, 16, 4, 32)", n)
           for n in (3, 1)],
         *[Probe(f"structure {n}", (shapes("test_Decoder_structure"),), [call(_x(2, 5, 16), _x(2, 7, 16))],

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from . import engine, vm
-from .engine import (Diagnosis, Exercise, Probe, call, ctor, fixture, given, like, prev, randint,
+from .engine import (Diagnosis, Exercise, Graded, Probe, call, ctor, fixture, given, like, prev, randint,
                      randn, shapes, when)
 from .transformer import _Seeded
 
@@ -344,6 +344,9 @@ LOSS_DIAGNOSES = [
 ]
 
 NEXT_TOKEN_LOSS = Exercise("next_token_loss", ref="decoder_only.next_token_loss",
+                           graded=(Graded("test_next_token_loss_seed_tables", 1),
+                                   Graded("test_next_token_loss_ignore_id", 1),
+                                   Graded("test_next_token_loss_random", 2, hidden_seed=4301)),
                            diagnose=LOSS_DIAGNOSES, probes=[
     Probe("seed tables", (f"{N}_seed_tables",),
           [call(randn(2, 6, 5, scale=2.0), _fixed(SEED_TOKENS, "seed 001's two sentences"),
@@ -477,6 +480,9 @@ ATTENTION_DIAGNOSES = [
 ]
 
 CAUSAL_SELF_ATTENTION = Exercise("CausalSelfAttention", ref="decoder_only.CausalSelfAttention",
+                                 graded=(Graded("test_CausalSelfAttention_shapes", 1),
+                                         Graded("test_CausalSelfAttention_matches_torch", 2, hidden_seed=8117),
+                                         Graded("test_CausalSelfAttention_cache", 2, hidden_seed=9773)),
                                  shortcuts=("attention", "multihead"),
                                  diagnose=ATTENTION_DIAGNOSES, probes=[
     _attn("shapes", 12, 3, _chunks(2, 12, (5, 2)), (shapes(f"{A}_shapes"),),
@@ -630,6 +636,10 @@ LM_DIAGNOSES = [
 ]
 
 DECODER_ONLY_LM = Exercise("DecoderOnlyLM", ref="decoder_only.DecoderOnlyLM",
+                           graded=(Graded("test_DecoderOnlyLM_shapes", 1),
+                                   Graded("test_DecoderOnlyLM_causal", 2),
+                                   Graded("test_DecoderOnlyLM_matches_torch", 2, hidden_seed=5150),
+                                   Graded("test_DecoderOnlyLM_kv_cache", 3, hidden_seed=6021)),
                            shortcuts=("attention", "multihead", "transformer"),
                            diagnose=LM_DIAGNOSES, probes=[
     _model((shapes(f"{M}_shapes"),), "shapes", 13, 16, 4, 2, 32,
@@ -678,7 +688,7 @@ def _sample(V, base, temperature, top_k):
 
 
 def _unigram(V, base, max_len=64):
-    """The stand-in whose logits are one fixed vector at every step (vm.ToyUnigramLM)."""
+    """The stand-in whose logits are one fixed vector at every step (fixtures.ToyUnigramLM)."""
     return _Seeded(base, "toy_unigram_lm", V, max_len)
 
 
@@ -856,7 +866,11 @@ GENERATE_DIAGNOSES = [
          _samples_follow(lambda z, t, k: F.one_hot(z.argmax(), z.numel()).double())),
 ]
 
-GENERATE = Exercise("generate", ref="decoder_only.generate", diagnose=GENERATE_DIAGNOSES, probes=[
+GENERATE = Exercise("generate", ref="decoder_only.generate", diagnose=GENERATE_DIAGNOSES,
+                    graded=(Graded("test_generate_greedy_cache", 3, hidden_seed=3907),
+                            Graded("test_generate_greedy_equivalents", 1),
+                            Graded("test_generate_sampling", 2), Graded("test_generate_eos", 2)),
+                    probes=[
     Probe("greedy", (f"{GEN}_greedy_cache",),
           [_greedy(17, 801, 2, 4, 12), _greedy(17, 802, 3, 5, 17), _greedy(9, 803, 1, 1, 30),
            _greedy(17, 804, 4, 9, 6)],
@@ -930,7 +944,8 @@ def _generator_values() -> bool:
 
 def _shared_fixtures() -> bool:
     f = fixture("toy_lm", 3, 2)
-    ex = Exercise("probe", ref="decoder_only.generate", probes=[Probe("p", ("c",), [call(f), call(f)])])
+    ex = Exercise("probe", ref="decoder_only.generate", graded=(Graded("test_probe_c", 1),),
+                  probes=[Probe("p", ("test_probe_c",), [call(f), call(f)])])
     plan, tensors = engine.build_plan(ex, 0)
     a, b = (c["args"][0].get("load", {}) for c in plan["probes"][0]["calls"])
     return bool(a) and a.keys() == b.keys() and all(

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from .engine import Exercise, Probe, call, given, like, memory, randn, when
+from .engine import Exercise, Graded, Probe, call, given, like, memory, randn, when
 
 
 # -- inputs -----------------------------------------------------------------------------------
@@ -379,7 +379,7 @@ FLASH_DIAGNOSES = [
 
 
 # -- FlashAttention: the recompute backward ---------------------------------------------------
-# Each call runs vm.drive_flash_backward: FlashAttention.apply(q, k, v, block_size, causal), then
+# Each call runs fixtures.drive_flash_backward: FlashAttention.apply(q, k, v, block_size, causal), then
 # backward with a drawn upstream gradient; it returns (out, dq, dk, dv, saved), `saved` being
 # the elements of every tensor saved for backward (saved_tensors_hooks).
 
@@ -481,6 +481,11 @@ BACKWARD_DIAGNOSES = [
 
 EXERCISES = [
     Exercise("online_softmax", ref="efficient_attention.online_softmax", shortcuts=("online_softmax",),
+             graded=(Graded("test_online_softmax_values", 2, hidden_seed=6066),
+                     Graded("test_online_softmax_blocks", 2, hidden_seed=4242),
+                     Graded("test_online_softmax_masked", 1),
+                     Graded("test_online_softmax_random", 2, hidden_seed=8128),
+                     Graded("test_online_softmax_half", 1)),
              diagnose=SOFTMAX_DIAGNOSES, probes=[
         Probe("values", ("test_online_softmax_values",),
               [call(_ramp(4, 10), 3), call(_ramp(2, 3, 16), 4), call(_ramp(7, 33, scale=9.0), 6),
@@ -524,6 +529,11 @@ EXERCISES = [
                    "max and sum in float32, one rounding at the end, the input's dtype returned"),
     ]),
     Exercise("flash_attention", ref="efficient_attention.flash_attention", shortcuts=("flash_attention",),
+             graded=(Graded("test_flash_attention_values", 2, hidden_seed=5151),
+                     Graded("test_flash_attention_causal", 2, hidden_seed=7171),
+                     Graded("test_flash_attention_memory", 3, hidden_seed=1234),
+                     Graded("test_flash_attention_gradient", 1),
+                     Graded("test_flash_attention_random", 2, hidden_seed=3137)),
              diagnose=FLASH_DIAGNOSES, probes=[
         Probe("values", ("test_flash_attention_values",),
               [_flash((2,), 24, 24, 8, 8, 8, False), _flash((2, 3), 10, 21, 8, 5, 4, False),
@@ -574,6 +584,8 @@ EXERCISES = [
               what="float64 inputs (the result keeps the dtype)"),
     ]),
     Exercise("FlashAttention", ref="efficient_attention.FlashAttention", shortcuts=("flash_attention",),
+             graded=(Graded("test_FlashAttention_gradients", 3, hidden_seed=2024),
+                     Graded("test_FlashAttention_memory", 3, hidden_seed=4711)),
              diagnose=BACKWARD_DIAGNOSES, probes=[
         Probe("gradients", ("test_FlashAttention_gradients",),
               [_bwd(*case) for case in _BWD],

@@ -41,7 +41,7 @@ import copy
 import hashlib
 import importlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from functools import lru_cache
 from typing import Any, Callable
 
@@ -219,22 +219,51 @@ def when(message: str, pred: Callable, probes: tuple = ()) -> Diagnosis:
     return Diagnosis(message, pred, tuple(probes))
 
 
+@dataclass(frozen=True)
+class Graded:
+    """One graded test cell of an exercise, in the notebook's order. `make release` writes it
+    (tfsgrade.build, from the source's `# %% [tests] <exercise>` line) as the visible call
+    `chk.<id>(<exercise>)`, plus the same call with `seed=hidden_seed` between nbgrader's
+    hidden-test markers when there is one. The probes that back it name its id (`cells=`)."""
+    id: str
+    points: int | float
+    hidden_seed: int | None = None
+
+
 @dataclass
 class Exercise:
+    """One exercise of a notebook: its graded cells, the probes that back them, the known
+    mistakes and the shortcut groups it may not use. Every field after the name is keyword-only."""
     name: str
+    _: KW_ONLY
     ref: str                     # "module.Name" under tfscratch.reference
+    graded: tuple                # Graded cells, in the notebook's order (the test cells)
     probes: list
     needs: tuple = ()            # other names of the namespace the calls use ({"$ns": name})
     diagnose: list = field(default_factory=list)   # Diagnosis entries, most specific first
     shortcuts: tuple = ()        # shortcut groups (tfscratch.shortcuts): the probe machine's guard
                                  # in every probe, the kernel's guard, the grader's scan
 
+    def __post_init__(self):
+        ids = [g.id for g in self.graded]
+        backed = {str(c) for p in self.probes for c in p.cells}
+        if len(set(ids)) != len(ids) or set(ids) != backed:
+            raise ValueError(f"{self.name}: the graded cells {ids} are not the cells its probes back "
+                             f"{sorted(backed)}: every graded cell needs a probe, every probe's cell a grade")
+        bad = [i for i in ids if not i.startswith(f"test_{self.name}_")]
+        if bad:
+            raise ValueError(f"{self.name}: graded cell ids start with test_{self.name}_: {bad}")
+
     def reference(self):
         mod, _, obj = self.ref.rpartition(".")
         return getattr(importlib.import_module(f"tfscratch.reference.{mod}"), obj)
 
     def cells(self) -> set:
-        return {str(c) for p in self.probes for c in p.cells}
+        return {g.id for g in self.graded}
+
+    def probes_of(self, cell: str) -> list:
+        """The probes that back one graded cell."""
+        return [p for p in self.probes if cell in p.aspects]
 
 
 # -- plans ----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from .engine import (Exercise, Input, Probe, call, given, label, like, masked_rows, randn, shapes,
+from .engine import (Exercise, Graded, Input, Probe, call, given, label, like, masked_rows, randn, shapes,
                      when)
 
 
@@ -400,6 +400,9 @@ _SDPA = "test_scaled_dot_product_attention_"
 
 EXERCISES = [
     Exercise("make_padding_mask", ref="masks.make_padding_mask",
+             graded=(Graded("test_make_padding_mask_shape", 1),
+                     Graded("test_make_padding_mask_values", 2),
+                     Graded("test_make_padding_mask_in_attention", 2, hidden_seed=8121)),
              diagnose=PADDING_DIAGNOSES, probes=[
         Probe("shape", (shapes("test_make_padding_mask_shape"),),
               [call(_tokens(3, 7, 0)), call(_tokens(5, 2, 0))],
@@ -415,6 +418,10 @@ EXERCISES = [
               compare=_boolean, what="other batch sizes and lengths, B == L included"),
     ]),
     Exercise("make_causal_mask", ref="masks.make_causal_mask",
+             graded=(Graded("test_make_causal_mask_values", 2),
+                     Graded("test_make_causal_mask_sizes", 1),
+                     Graded("test_make_causal_mask_device", 1),
+                     Graded("test_make_causal_mask_in_attention", 1, hidden_seed=5150)),
              diagnose=CAUSAL_DIAGNOSES, probes=[
         Probe("values", ("test_make_causal_mask_values",), [call(5), call(6)],
               compare=_boolean, what="sizes 5 and 6: lower triangle with the diagonal"),
@@ -429,6 +436,10 @@ EXERCISES = [
                    "a mask created there fails, one that ignores `device` does not)"),
     ]),
     Exercise("make_decoder_mask", ref="masks.make_decoder_mask",
+             graded=(Graded("test_make_decoder_mask_shape", 1),
+                     Graded("test_make_decoder_mask_values", 2),
+                     Graded("test_make_decoder_mask_device", 1),
+                     Graded("test_make_decoder_mask_in_attention", 2, hidden_seed=2718)),
              diagnose=DECODER_DIAGNOSES, probes=[
         Probe("shape", (shapes("test_make_decoder_mask_shape"), shapes("test_make_decoder_mask_device")),
               [call(_tokens(4, 6, 0)), call(_tokens(2, 1, 0)), call(_tokens(3, 2, 5), pad_id=5)],
@@ -448,6 +459,12 @@ EXERCISES = [
               compare=_boolean, what="other batch sizes and lengths, B == L included"),
     ]),
     Exercise("scaled_dot_product_attention", ref="masks.scaled_dot_product_attention",
+             graded=(Graded("test_scaled_dot_product_attention_no_mask", 1),
+                     Graded("test_scaled_dot_product_attention_masked_weights", 2),
+                     Graded("test_scaled_dot_product_attention_broadcast", 2),
+                     Graded("test_scaled_dot_product_attention_fully_masked", 2),
+                     Graded("test_scaled_dot_product_attention_padding", 1),
+                     Graded("test_scaled_dot_product_attention_random", 2, hidden_seed=6021)),
              shortcuts=("attention",), diagnose=ATTENTION_DIAGNOSES, probes=[
         Probe("no mask", (_SDPA + "no_mask",),
               [call(randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 6)),

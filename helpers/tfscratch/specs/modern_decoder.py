@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from . import vm
-from .engine import Exercise, Input, Probe, call, ctor, given, label, like, prev, randint, randn, shapes, when
+from .engine import Exercise, Graded, Input, Probe, call, ctor, given, label, like, prev, randint, randn, shapes, when
 
 ROPE_ATOL = 5e-5   # float32 angles at positions up to 64 (COURSE_SPEC 09/10 test ranges)
 
@@ -660,6 +660,9 @@ TOP_P_DIAGNOSES = [
 
 EXERCISES = [
     Exercise("rms_norm", ref="modern_decoder.rms_norm", shortcuts=("rms_norm",),
+             graded=(Graded("test_rms_norm_basic", 2),
+                     Graded("test_rms_norm_random", 2, hidden_seed=9191),
+                     Graded("test_rms_norm_half", 1)),
              diagnose=RMS_DIAGNOSES, probes=[
         Probe("hand rows", ("test_rms_norm_basic",),
               [call(given(_hand_rows)), call(given(_hand_rows), randn(7))],
@@ -685,6 +688,8 @@ EXERCISES = [
                    "and rounded once, returned in the input's dtype"),
     ]),
     Exercise("RMSNorm", ref="modern_decoder.RMSNorm", shortcuts=("rms_norm",),
+             graded=(Graded("test_RMSNorm_module", 2),
+                     Graded("test_RMSNorm_random", 1, hidden_seed=4242)),
              diagnose=RMSNORM_DIAGNOSES, probes=[
         Probe("as built", ("test_RMSNorm_module",), make=ctor(9),
               calls=[call(randn(3, 4, 9, scale=1e-3), grad=(0,), backward=randn(3, 4, 9))],
@@ -701,7 +706,11 @@ EXERCISES = [
               calls=[call(randn(1, 2, 3, 20, scale=0.01))],
               compare=_same_dtype, what="RMSNorm(20, eps=1e-4) on a tiny 4-D input"),
     ]),
-    Exercise("apply_rope", ref="modern_decoder.apply_rope", diagnose=ROPE_DIAGNOSES, probes=[
+    Exercise("apply_rope", ref="modern_decoder.apply_rope", diagnose=ROPE_DIAGNOSES,
+             graded=(Graded("test_apply_rope_basic", 2), Graded("test_apply_rope_relative", 2),
+                     Graded("test_apply_rope_random", 2, hidden_seed=2718),
+                     Graded("test_apply_rope_positions", 1), Graded("test_apply_rope_half", 1)),
+             probes=[
         Probe("unit pairs", ("test_apply_rope_basic",),
               [call(given(_unit_pairs, "unit pairs"), **_untouched())],
               atol=ROPE_ATOL, compare=_same_dtype,
@@ -741,7 +750,10 @@ EXERCISES = [
               what="bfloat16 and float16 inputs: rotated in float32 and rounded once, returned "
                    "in the input's dtype"),
     ]),
-    Exercise("SwiGLU", ref="modern_decoder.SwiGLU", diagnose=SWIGLU_DIAGNOSES, probes=[
+    Exercise("SwiGLU", ref="modern_decoder.SwiGLU", diagnose=SWIGLU_DIAGNOSES,
+             graded=(Graded("test_SwiGLU_structure", 1),
+                     Graded("test_SwiGLU_matches", 2, hidden_seed=3141)),
+             probes=[
         Probe("structure", (shapes("test_SwiGLU_structure"),), make=ctor(12, 28), calls=[], params=True,
               what="the parameters of SwiGLU(12, 28): gate, up, down, no biases"),
         Probe("structure bias", (shapes("test_SwiGLU_structure"),), make=ctor(12, 28, bias=True), calls=[],
@@ -754,6 +766,10 @@ EXERCISES = [
               what="SwiGLU(8, 14, bias=True) with random weights and biases"),
     ]),
     Exercise("GroupedQueryAttention", ref="modern_decoder.GroupedQueryAttention",
+             graded=(Graded("test_GroupedQueryAttention_structure", 1),
+                     Graded("test_GroupedQueryAttention_matches_torch", 3, hidden_seed=1729),
+                     Graded("test_GroupedQueryAttention_cache", 2, hidden_seed=6502),
+                     Graded("test_GroupedQueryAttention_positions", 1)),
              shortcuts=("attention", "multihead"), diagnose=GQA_DIAGNOSES, probes=[
         Probe("structure", (shapes("test_GroupedQueryAttention_structure"),), make=ctor(24, 6, 2),
               calls=[call(given(lambda g: torch.zeros(2, 3, 24), "zeros(2, 3, 24)"))], params=True,
@@ -798,6 +814,9 @@ EXERCISES = [
                    "positions shared by every row"),
     ]),
     Exercise("ModernDecoderLM", ref="modern_decoder.ModernDecoderLM",
+             graded=(Graded("test_ModernDecoderLM_structure", 2),
+                     Graded("test_ModernDecoderLM_matches_torch", 3, hidden_seed=8086),
+                     Graded("test_ModernDecoderLM_cache", 2, hidden_seed=6809)),
              shortcuts=("attention", "multihead", "transformer"), diagnose=LM_DIAGNOSES, probes=[
         Probe("structure", (shapes("test_ModernDecoderLM_structure"),), make=ctor(13, 16, 2, 4, 2, 24),
               calls=[], params=True, after=("lm_head.weight", "tok_embed.weight"),
@@ -828,7 +847,10 @@ EXERCISES = [
               calls=_chunked(lambda a, b: _tokens(10, 1, 9, a, b), (2, 5, 2)),
               what="three layers, chunks 2 + 5 + 2 through the cache (each layer its own cache)"),
     ]),
-    Exercise("top_p_filter", ref="modern_decoder.top_p_filter", diagnose=TOP_P_DIAGNOSES, probes=[
+    Exercise("top_p_filter", ref="modern_decoder.top_p_filter", diagnose=TOP_P_DIAGNOSES,
+             graded=(Graded("test_top_p_filter_basic", 2), Graded("test_top_p_filter_top_token", 1),
+                     Graded("test_top_p_filter_random", 2, hidden_seed=7777)),
+             probes=[
         Probe("basic", ("test_top_p_filter_basic",),
               [call(_nucleus((4, 5), p, scale=1.5), p, **_untouched()) for p in (0.6, 0.8, 0.9)]
               + [call(_nucleus((2, 3, 5), 0.7, scale=2.0), 0.7, **_untouched())],

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .engine import Exercise, Probe, call, ctor, given, like, masked_rows, randn, shapes, when
+from .engine import Exercise, Graded, Probe, call, ctor, given, like, masked_rows, randn, shapes, when
 
 
 # -- inputs ---------------------------------------------------------------------------------
@@ -392,7 +392,10 @@ def _qkv(B, Lq, Lk, D, **kw):
 
 
 EXERCISES = [
-    Exercise("split_heads", ref="multihead.split_heads", diagnose=SPLIT_DIAGNOSES, probes=[
+    Exercise("split_heads", ref="multihead.split_heads", diagnose=SPLIT_DIAGNOSES,
+             graded=(Graded("test_split_heads_shape", 1), Graded("test_split_heads_values", 2),
+                     Graded("test_split_heads_random", 1, hidden_seed=3131)),
+             probes=[
         Probe("shape", (shapes("test_split_heads_shape"),),
               [call(randn(2, 5, 12), 3), call(randn(3, 4, 8), 1), call(randn(1, 6, 6), 6)],
               what="(B, L, D) -> (B, H, L, D // H), also for H = 1 and D_h = 1"),
@@ -406,6 +409,8 @@ EXERCISES = [
               what="random (B, L, D, H) and the gradient of x"),
     ]),
     Exercise("combine_heads", ref="multihead.combine_heads", diagnose=COMBINE_DIAGNOSES,
+             graded=(Graded("test_combine_heads_shape", 1), Graded("test_combine_heads_values", 2),
+                     Graded("test_combine_heads_inverts_split", 1, hidden_seed=2718)),
              probes=[
         Probe("shape", (shapes("test_combine_heads_shape"),),
               [call(randn(2, 3, 5, 4)), call(randn(3, 1, 4, 6)), call(randn(1, 4, 2, 1))],
@@ -419,6 +424,14 @@ EXERCISES = [
               what="random (B, H, L, D_h) and the gradient of x"),
     ]),
     Exercise("MultiHeadAttention", ref="multihead.MultiHeadAttention", shortcuts=("multihead",),
+             graded=(Graded("test_MultiHeadAttention_parameters", 2),
+                     Graded("test_MultiHeadAttention_shapes", 1),
+                     Graded("test_MultiHeadAttention_matches_torch", 3),
+                     Graded("test_MultiHeadAttention_cross_attention", 2),
+                     Graded("test_MultiHeadAttention_masks", 3),
+                     Graded("test_MultiHeadAttention_head_independence", 2),
+                     Graded("test_MultiHeadAttention_dropout", 2),
+                     Graded("test_MultiHeadAttention_random", 2, hidden_seed=8080)),
              diagnose=MHA_DIAGNOSES, probes=[
         # -- structure
         _mha("parameters", (shapes(_T + "parameters"),), ctor(16, 4), [_qkv(2, 5, 5, 16)],

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from . import vm
-from .engine import Exercise, Probe, batch, call, ctor, given, part, prev, randn, when
+from .engine import Exercise, Graded, Probe, batch, call, ctor, given, part, prev, randn, when
 
 
 # -- inputs ---------------------------------------------------------------------------------
@@ -641,6 +641,10 @@ _LN4 = (_normal(2, 3, 4, 6, offset=2.0), randn(6), randn(6))   # two batch axes,
 
 EXERCISES = [
     Exercise("layer_norm", ref="norm.layer_norm", shortcuts=("layer_norm",),
+             graded=(Graded("test_layer_norm_basic", 1), Graded("test_layer_norm_affine", 1),
+                     Graded("test_layer_norm_eps", 2), Graded("test_layer_norm_batch_axes", 1),
+                     Graded("test_layer_norm_gradient", 1),
+                     Graded("test_layer_norm_random", 2, hidden_seed=5171)),
              diagnose=LN_DIAGNOSES, probes=[
         Probe("basic", ("test_layer_norm_basic", "test_layer_norm_random"),
               [call(_normal(6, 6, scale=3.0)), call(_normal(5, 7, scale=2.0, offset=1.0))],
@@ -681,6 +685,8 @@ EXERCISES = [
               atol=2.1e-4, what="inputs with a large mean (randn + 100)"),
     ]),
     Exercise("LayerNorm", ref="norm.LayerNorm", shortcuts=("layer_norm",),
+             graded=(Graded("test_LayerNorm_init", 1),
+                     Graded("test_LayerNorm_matches_torch", 2, hidden_seed=8128)),
              diagnose=LAYERNORM_DIAGNOSES, probes=[
         Probe("init", ("test_LayerNorm_init",), [], make=ctor(7), params=True,
               after=("weight", "bias"),
@@ -700,6 +706,10 @@ EXERCISES = [
               what="LayerNorm(5, eps=0.2) on (2, 3, 4, 5) and on one (5,) vector"),
     ]),
     Exercise("batch_norm", ref="norm.batch_norm", shortcuts=("batch_norm",),
+             graded=(Graded("test_batch_norm_train", 2), Graded("test_batch_norm_running_stats", 2),
+                     Graded("test_batch_norm_eval", 1), Graded("test_batch_norm_sequences", 2),
+                     Graded("test_batch_norm_gradient", 1),
+                     Graded("test_batch_norm_random", 2, hidden_seed=9091)),
              diagnose=BN_DIAGNOSES, probes=[
         Probe("train", ("test_batch_norm_train", "test_batch_norm_random"),
               [call(_normal(6, 4, scale=2.0, offset=1.0), _const(4), _const(4, value=1.0),
@@ -757,6 +767,8 @@ EXERCISES = [
               compare=_outputs_only, what="two steps on (64, 2), momentum 0.9, then eval"),
     ]),
     Exercise("BatchNorm", ref="norm.BatchNorm", shortcuts=("batch_norm",),
+             graded=(Graded("test_BatchNorm_init", 1),
+                     Graded("test_BatchNorm_train_eval", 3, hidden_seed=3107)),
              diagnose=BATCHNORM_DIAGNOSES, probes=[
         Probe("init", ("test_BatchNorm_init",),
               [call("running_mean", method="get_parameter", raises=True),
@@ -781,6 +793,8 @@ EXERCISES = [
               what="BatchNorm(6, eps=0.1, momentum=0.2) on (2, 6, 6): train, eval, train again"),
     ]),
     Exercise("rms_norm", ref="modern_decoder.rms_norm", shortcuts=("rms_norm",),
+             graded=(Graded("test_rms_norm_basic", 1),
+                     Graded("test_rms_norm_random", 1, hidden_seed=2718)),
              diagnose=RMS_DIAGNOSES, probes=[
         Probe("basic", ("test_rms_norm_basic",),
               [call(_normal(3, 5, scale=2.0, offset=1.0)), call(_tiny_rows(2, 5, offset=0.0)),

@@ -29,7 +29,7 @@ import re
 import numpy as np
 import torch
 
-from .engine import (ATOL, RTOL, Exercise, Probe, batch, call, ctor, label, like, part, randn, shapes,
+from .engine import (ATOL, RTOL, Exercise, Graded, Probe, batch, call, ctor, label, like, part, randn, shapes,
                      when)
 
 
@@ -401,6 +401,10 @@ _X6 = _x(6, 4, 8)   # a batch of 6, and three of its rows on their own
 
 EXERCISES = [
     Exercise(SPE, ref="positional.sinusoidal_positional_encoding", diagnose=SPE_DIAGNOSES,
+             graded=(Graded("test_sinusoidal_positional_encoding_shape", 1),
+                     Graded("test_sinusoidal_positional_encoding_closed_form", 2),
+                     Graded("test_sinusoidal_positional_encoding_base", 1),
+                     Graded("test_sinusoidal_positional_encoding_random", 2, hidden_seed=5151)),
              probes=[
         Probe("shape", (shapes("test_sinusoidal_positional_encoding_shape"),),
               [call(7, 6), call(1, 2), call(3, 2), call(1, 8)],
@@ -419,6 +423,10 @@ EXERCISES = [
               what="tables up to 1000 positions, d_model from 2 to 96, bases 2 to 1e5"),
     ]),
     Exercise("pe_shift_matrix", ref="positional.pe_shift_matrix", diagnose=SHIFT_DIAGNOSES,
+             graded=(Graded("test_pe_shift_matrix_shape", 1),
+                     Graded("test_pe_shift_matrix_shift_property", 2),
+                     Graded("test_pe_shift_matrix_block_diagonal", 1),
+                     Graded("test_pe_shift_matrix_random", 2, hidden_seed=6117)),
              probes=[
         Probe("shape", (shapes("test_pe_shift_matrix_shape"),),
               [call(3, 8), call(0, 8)], compare=_f32,
@@ -438,7 +446,14 @@ EXERCISES = [
               atol=5e-5,  # float32 angles of ~250 rad: ~1e-5 off in a correct M
               what="large offsets (250 in d_model=64, 120 with base 100)"),
     ]),
-    Exercise(PEM, ref="positional.PositionalEncoding", diagnose=PEM_DIAGNOSES, probes=[
+    Exercise(PEM, ref="positional.PositionalEncoding", diagnose=PEM_DIAGNOSES,
+             graded=(Graded("test_PositionalEncoding_adds_table", 2),
+                     Graded("test_PositionalEncoding_buffer", 2),
+                     Graded("test_PositionalEncoding_batch_invariance", 2),
+                     Graded("test_PositionalEncoding_max_len", 1, hidden_seed=3313),
+                     Graded("test_PositionalEncoding_dropout", 1),
+                     Graded("test_PositionalEncoding_random", 2, hidden_seed=8080)),
+             probes=[
         Probe("adds table", ("test_PositionalEncoding_adds_table",),
               [call(_x(2, 7, 16)), _forward_checked(3, 5, 16)],
               make=ctor(16, max_len=50), mode="eval", compare=_close_by_position,

@@ -26,7 +26,7 @@ import regex
 import torch
 
 from . import vm
-from .engine import Exercise, Probe, call, ctor, given, prev, when
+from .engine import Exercise, Graded, Probe, call, ctor, given, prev, when
 
 ASSIGNMENT = "11_tokenizer"
 
@@ -575,7 +575,11 @@ def _train(text, vocab_size, *specials):
 
 
 EXERCISES = [
-    Exercise("train_bpe", ref="tokenizer.train_bpe", diagnose=TRAIN_DIAGNOSES, probes=[
+    Exercise("train_bpe", ref="tokenizer.train_bpe", diagnose=TRAIN_DIAGNOSES,
+             graded=(Graded("test_train_bpe_tiny", 1), Graded("test_train_bpe_pretokens", 1),
+                     Graded("test_train_bpe_ties", 1), Graded("test_train_bpe_special_tokens", 1),
+                     Graded("test_train_bpe_unicode", 2, hidden_seed=1103)),
+             probes=[
         Probe("tiny", ("test_train_bpe_tiny",), [call(TOY, 256 + 6), call(TOY, 256 + 10)],
               sizes=True, compare=_show_bytes, what="the textbook example (low, lower, widest, newest)"),
         Probe("pretokens", ("test_train_bpe_pretokens",),
@@ -594,7 +598,12 @@ EXERCISES = [
               [call(_text(lambda r: _mixed(r, 40), "Chinese, English and emoji"), 256 + 1 + 60, [EOT])],
               sizes=True, compare=_show_bytes, what="Chinese, English and emoji"),
     ]),
-    Exercise("Tokenizer", ref="tokenizer.Tokenizer", diagnose=TOKENIZER_DIAGNOSES, probes=[
+    Exercise("Tokenizer", ref="tokenizer.Tokenizer", diagnose=TOKENIZER_DIAGNOSES,
+             graded=(Graded("test_Tokenizer_encode", 2, hidden_seed=1104),
+                     Graded("test_Tokenizer_roundtrip", 2, hidden_seed=1105),
+                     Graded("test_Tokenizer_decode", 1), Graded("test_Tokenizer_special_tokens", 1),
+                     Graded("test_Tokenizer_encode_iterable", 2, hidden_seed=1106)),
+             probes=[
         Probe("encode", ("test_Tokenizer_encode",),
               [call(_text(lambda r: _english(r, 60), "English-like text"), method="encode"),
                call(_text(lambda r: _mixed(r, 12), "Chinese, English and emoji"), method="encode"),

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import torch
 
-from .engine import Exercise, Probe, call, fixture, given, shapes, when
+from .engine import Exercise, Graded, Probe, call, fixture, given, shapes, when
 
 ASSIGNMENT = "12_training"
 
@@ -106,7 +106,7 @@ def _toy(seed):
 
 
 def _adam_like(seed, steps, kw, bias=True, decay="decoupled", fused=False):
-    """The toy run of vm.drive_optimizer with an Adam written here, right or in a known wrong way."""
+    """The toy run of fixtures.drive_optimizer with an Adam written here, right or in a known wrong way."""
     params, x, y = _toy(seed)
     lr, (b1, b2) = kw.get("lr", 1e-3), kw.get("betas", (0.9, 0.999))
     eps, wd = kw.get("eps", 1e-8), kw.get("weight_decay", 0.01)
@@ -486,7 +486,11 @@ def _s(offset):
 
 
 EXERCISES = [
-    Exercise("get_batch", ref="training.get_batch", diagnose=BATCH_DIAGNOSES, probes=[
+    Exercise("get_batch", ref="training.get_batch", diagnose=BATCH_DIAGNOSES,
+             graded=(Graded("test_get_batch_shift", 1),
+                     Graded("test_get_batch_bounds", 1, hidden_seed=1201),
+                     Graded("test_get_batch_device", 1)),
+             probes=[
         Probe("shift", ("test_get_batch_shift",),
               [_run("batch", _s(1), 200, 6, 12), _run("batch", _s(2), 50, 3, 7, numpy=True)],
               what="x a window of the data, y the same window one token on (a tensor and a NumPy array)"),
@@ -497,7 +501,10 @@ EXERCISES = [
               [_run("batch", _s(5), 40, 2, 5, device="meta")],
               what="x and y on the requested device (here 'meta'), LongTensors (B, T)"),
     ]),
-    Exercise("AdamW", ref="training.AdamW", diagnose=ADAMW_DIAGNOSES, shortcuts=("adamw",), probes=[
+    Exercise("AdamW", ref="training.AdamW", diagnose=ADAMW_DIAGNOSES, shortcuts=("adamw",),
+             graded=(Graded("test_AdamW_steps", 2, hidden_seed=1202),
+                     Graded("test_AdamW_weight_decay", 1)),
+             probes=[
         Probe("steps", ("test_AdamW_steps",),
               [_run("optimizer", _s(6), 100, {}),
                _run("optimizer", _s(7), 60, {"lr": 3e-3, "betas": (0.8, 0.95), "eps": 1e-6, "weight_decay": 0.0})],
@@ -508,6 +515,8 @@ EXERCISES = [
               what="strong weight decay: decoupled, before the update, scaled by lr"),
     ]),
     Exercise("cosine_schedule", ref="training.cosine_schedule", diagnose=SCHEDULE_DIAGNOSES,
+             graded=(Graded("test_cosine_schedule_warmup", 1),
+                     Graded("test_cosine_schedule_cosine", 1, hidden_seed=1203)),
              shortcuts=("lr_scheduler",), probes=[
         Probe("warmup", ("test_cosine_schedule_warmup",),
               [_run("schedule", [0, 1, 5, 9, 10, 11], 1e-3, 1e-4, 10, 100),
@@ -519,6 +528,8 @@ EXERCISES = [
               atol=1e-9, rtol=1e-7, what="cosine from max_lr to min_lr at cosine_steps, min_lr after"),
     ]),
     Exercise("clip_grad_norm", ref="training.clip_grad_norm", diagnose=CLIP_DIAGNOSES,
+             graded=(Graded("test_clip_grad_norm_values", 2, hidden_seed=1204),
+                     Graded("test_clip_grad_norm_returns", 1)),
              shortcuts=("clip_grad_norm",), probes=[
         Probe("values", ("test_clip_grad_norm_values",),
               [_run("clip", _s(10), 1.0, 1.0), _run("clip", _s(11), 100.0, 1.0),
@@ -528,17 +539,24 @@ EXERCISES = [
               [_run("clip", _s(13), 2.0, 2.0), _run("clip", _s(14), 50.0, 0.5)],
               what="the norm before clipping is returned"),
     ]),
-    Exercise("save_checkpoint", ref="training.save_checkpoint", diagnose=SAVE_DIAGNOSES, probes=[
+    Exercise("save_checkpoint", ref="training.save_checkpoint", diagnose=SAVE_DIAGNOSES,
+             graded=(Graded("test_save_checkpoint_resume", 1),),
+             probes=[
         Probe("resume", ("test_save_checkpoint_resume",), [_run("save", _s(15), 7, 6)],
               atol=0.0, rtol=0.0,
               what="saved after 7 AdamW steps, read back into a fresh model and optimizer: the next 6 losses bit for bit"),
     ]),
-    Exercise("load_checkpoint", ref="training.load_checkpoint", diagnose=LOAD_DIAGNOSES, probes=[
+    Exercise("load_checkpoint", ref="training.load_checkpoint", diagnose=LOAD_DIAGNOSES,
+             graded=(Graded("test_load_checkpoint_resume", 1),),
+             probes=[
         Probe("resume", ("test_load_checkpoint_resume",), [_run("load", _s(16), 5, 6)],
               atol=0.0, rtol=0.0,
               what="a checkpoint after 5 AdamW steps loaded into a fresh model and optimizer: the next 6 losses bit for bit"),
     ]),
-    Exercise("evaluate", ref="training.evaluate", diagnose=EVAL_DIAGNOSES, probes=[
+    Exercise("evaluate", ref="training.evaluate", diagnose=EVAL_DIAGNOSES,
+             graded=(Graded("test_evaluate_loss", 2, hidden_seed=1205),
+                     Graded("test_evaluate_mode", 1)),
+             probes=[
         Probe("loss", ("test_evaluate_loss",),
               [_run("evaluate", _s(17), 11, 300, 9, 4), _run("evaluate", _s(18), 7, 101, 4, 32, tuple_out=True,
                                                           numpy=True),

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from . import vm
-from .engine import Exercise, Probe, call, ctor, fixture, given, like, randn, shapes, when
+from .engine import Exercise, Graded, Probe, call, ctor, fixture, given, like, randn, shapes, when
 
 ASSIGNMENT = "07_transformer"
 
@@ -288,6 +288,13 @@ def _forward_case(name, cells, V_s, V_t, d, H, n, d_ff, pad, norm_first=False, d
 _SRC, _SRC_MASK = _src_and_mask(3, 7, 11, 0, [7, 5, 3])
 
 TRANSFORMER = Exercise("Transformer", ref="transformer.Transformer", shortcuts=("transformer",),
+                       graded=(Graded("test_Transformer_shapes", 1),
+                               Graded("test_Transformer_init", 1),
+                               Graded("test_Transformer_embeddings", 2),
+                               Graded("test_Transformer_causal", 2, hidden_seed=3131),
+                               Graded("test_Transformer_padding", 2, hidden_seed=4711),
+                               Graded("test_Transformer_matches_torch", 3, hidden_seed=9090),
+                               Graded("test_Transformer_overfit", 2)),
                        diagnose=TRANSFORMER_DIAGNOSES, probes=[
     Probe("parts", (shapes(T_SHAPES),),
           [call(_SRC, _SRC_MASK, method="encode"),
@@ -428,6 +435,9 @@ TEACHER_FORCING_DIAGNOSES = [
 ]
 
 TEACHER_FORCING = Exercise("teacher_forcing_loss", ref="transformer.teacher_forcing_loss",
+                           graded=(Graded("test_teacher_forcing_loss_value", 2, hidden_seed=2024),
+                                   Graded("test_teacher_forcing_loss_padding", 1, hidden_seed=7707),
+                                   Graded("test_teacher_forcing_loss_gradient", 1)),
                            shortcuts=("transformer",), diagnose=TEACHER_FORCING_DIAGNOSES, probes=[
     Probe("value", (L_VALUE,),
           [call(_toy(11, 16, 0, 701), *_pair(11, 0, [6, 4, 3], [7, 5, 3], 6, 7))],
@@ -563,6 +573,12 @@ LABEL_SMOOTHING_DIAGNOSES = [
 ]
 
 LABEL_SMOOTHING = Exercise("label_smoothing_cross_entropy",
+                           graded=(Graded("test_label_smoothing_cross_entropy_value", 2, hidden_seed=1717),
+                                   Graded("test_label_smoothing_cross_entropy_ignore", 2),
+                                   Graded("test_label_smoothing_cross_entropy_shapes", 1),
+                                   Graded("test_label_smoothing_cross_entropy_stable", 1),
+                                   Graded("test_label_smoothing_cross_entropy_gradient", 1),
+                                   Graded("test_label_smoothing_cross_entropy_random", 1, hidden_seed=5150)),
                            ref="transformer.label_smoothing_cross_entropy", shortcuts=("cross_entropy",),
                            diagnose=LABEL_SMOOTHING_DIAGNOSES, probes=[
     Probe("value", (f"{S}_value",),
@@ -747,6 +763,9 @@ GREEDY_DIAGNOSES = [
 ]
 
 GREEDY = Exercise("greedy_decode", ref="transformer.greedy_decode", shortcuts=("transformer",),
+                  graded=(Graded("test_greedy_decode_scripted", 2, hidden_seed=7349),
+                          Graded("test_greedy_decode_max_len", 1, hidden_seed=5501),
+                          Graded("test_greedy_decode_matches_reference", 2, hidden_seed=7790)),
                   diagnose=GREEDY_DIAGNOSES, probes=[
     Probe("batch", (G_SCRIPT, G_REF),
           [_greedy(base, eos, pad, 10, 9) for base, eos, pad in _MODELS],
