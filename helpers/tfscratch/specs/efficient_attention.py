@@ -87,17 +87,6 @@ def _flash(batch, Lq, Lk, d, dv, bs, causal, scale=1.5, dtype="float32", **kw):
 
 # -- comparisons ------------------------------------------------------------------------------
 
-def _keep_dtype(key, got, want):
-    """Outputs keep the input's dtype (a float64 input gives a float64 result). Records of how
-    the result was computed (`.shapes`, `.reduced`) are never compared with the reference's."""
-    if key.endswith((".shapes", ".reduced")):
-        return None
-    if ".out" in key and got.dtype != want.dtype and want.dtype.kind == "f":
-        return (f"the result is {got.dtype} for {want.dtype} inputs: keep the input's dtype "
-                "(no .float() or float32 buffers at the end)")
-    return "default"
-
-
 def full_matrix(shapes, batch, Lq, Lk):
     """The recorded shapes (rows padded with 0 to 6 axes) holding an (Lq, Lk) matrix for one
     (batch, head) slice."""
@@ -120,7 +109,7 @@ def _no_full_matrix(cases):
     (batch, Lq, Lk, block_size); the rule applies when block_size < Lk."""
     def compare(key, got, want):
         if not key.endswith(".shapes"):
-            return _keep_dtype(key, got, want)
+            return "default"
         batch, Lq, Lk, bs = cases[int(key.rsplit(".", 2)[-2])]
         if bs >= Lk:
             return None
@@ -143,7 +132,7 @@ def _one_block_at_a_time(block_sizes):
     the whole row first is the two-pass softmax, not the online one)."""
     def compare(key, got, want):
         if not key.endswith(".reduced"):
-            return _keep_dtype(key, got, want)
+            return "default"
         bs = block_sizes[int(key.rsplit(".", 2)[-2])]
         seen = np.asarray(got).reshape(-1)
         if seen.size and int(seen.max()) > bs:
@@ -399,7 +388,7 @@ def _grads_only(key, got, want):
     probe's business)."""
     if key.endswith(".out.4"):
         return None
-    return _keep_dtype(key, got, want)
+    return "default"
 
 
 def _recomputes(cases):
@@ -490,41 +479,41 @@ EXERCISES = [
         Probe("values", ("test_online_softmax_values",),
               [call(_ramp(4, 10), 3), call(_ramp(2, 3, 16), 4), call(_ramp(7, 33, scale=9.0), 6),
                call(_ramp(2, 2, 5, scale=9.0), 2), call(_ramp(50, scale=9.0), 7)],
-              compare=_keep_dtype,
+              keep_dtype=True,
               what="rows whose max sits in a late block, several shapes and block sizes"),
         Probe("max grows late", ("test_online_softmax_values", "test_online_softmax_blocks"),
               [call(given(_grow_late, "a much larger max in the short last block"), 8)],
-              compare=_keep_dtype,
+              keep_dtype=True,
               what="the max in the last, shorter block (blocks of 8 over 30 entries)"),
         Probe("overflow", ("test_online_softmax_values",),
               [call(given(_overflow, "rows rising by hundreds: exp overflows without the max"), 8)],
-              compare=_keep_dtype,
+              keep_dtype=True,
               what="scores in the hundreds: exp overflows float32 unless the running max is "
                    "subtracted in every block"),
         Probe("blocks", ("test_online_softmax_blocks",),
               [call(randn(*shape, scale=3.0), bs, shapes=True) for shape, bs in _BLOCKS],
-              compare=_one_block_at_a_time([bs for _, bs in _BLOCKS]),
+              keep_dtype=True, compare=_one_block_at_a_time([bs for _, bs in _BLOCKS]),
               what="block sizes that divide the length, that do not, 1, and >= the row"),
         Probe("masked", ("test_online_softmax_masked",),
               [call(given(_masked, "-inf entries and scores near 1000"), 8),
                call(given(_masked_ragged, "-inf blocks, a finite value in the short tail"), 4)],
-              compare=_keep_dtype,
+              keep_dtype=True,
               what="-inf entries (whole masked blocks included) and scores near 1000"),
         Probe("random", ("test_online_softmax_random",),
               [call(randn(5, 12, scale=3.0), 5), call(randn(3, 4, 19, scale=12.0), 5),
                call(randn(1, 100, scale=12.0), 9), call(randn(2, 13, scale=12.0), 20)],
-              compare=_keep_dtype,
+              keep_dtype=True,
               what="random float32 inputs of several shapes and block sizes"),
         Probe("float64", ("test_online_softmax_random",),
               [call(randn(5, 12, scale=3.0, dtype="float64"), 5),
                call(randn(6, 8, scale=12.0, dtype="float64"), 3)],
-              compare=_keep_dtype, atol=1e-10, rtol=1e-8,
+              keep_dtype=True, atol=1e-10, rtol=1e-8,
               what="float64 inputs (the result keeps the dtype)"),
         Probe("half", ("test_online_softmax_half",),
               [call(randn(4, 2048, scale=0.5, dtype="bfloat16"), 4),
                call(randn(3, 5, 1000, scale=2.0, dtype="bfloat16"), 7),
                call(randn(2, 4096, scale=0.5, dtype="float16"), 4)],
-              compare=_keep_dtype, atol=1e-6, rtol=8e-3,
+              keep_dtype=True, atol=1e-6, rtol=8e-3,
               what="bfloat16 and float16 rows of 1000 to 4096 entries in small blocks: running "
                    "max and sum in float32, one rounding at the end, the input's dtype returned"),
     ]),
@@ -539,24 +528,24 @@ EXERCISES = [
               [_flash((2,), 24, 24, 8, 8, 8, False), _flash((2, 3), 10, 21, 8, 5, 4, False),
                _flash((), 9, 30, 6, 3, 7, False), _flash((2, 2), 17, 17, 5, 9, 16, False),
                _flash((3,), 4, 40, 8, 2, 40, False), _flash((1,), 12, 25, 4, 4, 1, False)],
-              compare=_keep_dtype,
+              keep_dtype=True,
               what="not causal: Lq != Lk, d_v != d_k, block sizes that do and do not divide Lk"),
         Probe("large scores", ("test_flash_attention_values", "test_flash_attention_causal"),
               [_flash((2,), 16, 24, 8, 4, 8, False, scale=12.0),
                _flash((2, 2), 20, 20, 8, 4, 6, True, scale=12.0)],
-              compare=_keep_dtype, atol=1e-4, rtol=1e-3,
+              keep_dtype=True, atol=1e-4, rtol=1e-3,
               what="scores in the hundreds (q and k scaled by 12): exp overflows float32 unless "
                    "the running max is subtracted in every block"),
         Probe("causal", ("test_flash_attention_causal",),
               [_flash((2,), 20, 20, 8, 8, 8, True), _flash((1, 2), 13, 13, 4, 6, 5, True),
                _flash((3,), 7, 7, 4, 4, 1, True), _flash((2, 2), 33, 33, 8, 5, 6, True),
                _flash((), 19, 19, 4, 4, 19, True)],
-              compare=_keep_dtype,
+              keep_dtype=True,
               what="causal=True with block sizes 8, 5, 1, 6 and the whole length"),
         Probe("memory", (memory("test_flash_attention_memory"),),
               [_flash(b, Lq, Lk, d, dv, bs, c, scale=1.0, shapes=True)
                for b, Lq, Lk, d, dv, bs, c in _MEMORY],
-              compare=_no_full_matrix(_cases(_MEMORY)),
+              keep_dtype=True, compare=_no_full_matrix(_cases(_MEMORY)),
               what="every tensor created, causal and not, block_size < Lk"),
         Probe("whole process", (memory("test_flash_attention_memory"), "test_flash_attention_random"),
               [call(_coarse(_BIG, 8), _coarse(256, 8), _coarse(256, 2), block_size=_BIG_BLOCK,
@@ -570,17 +559,17 @@ EXERCISES = [
                     backward=randn(2, 12, 4)),
                call(*_qkv((2,), 7, 15, 4, 3), block_size=4, causal=False, grad=(0, 1, 2),
                     backward=randn(2, 7, 3))],
-              compare=_keep_dtype, atol=1e-4, rtol=1e-3,
+              keep_dtype=True, atol=1e-4, rtol=1e-3,
               what="the gradients of q, k and v (causal and not)"),
         Probe("random", ("test_flash_attention_random",),
               [_flash(b, Lq, Lk, d, dv, bs, c, scale=3.0, shapes=True)
                for b, Lq, Lk, d, dv, bs, c in _RANDOM],
-              compare=_no_full_matrix(_cases(_RANDOM)),
+              keep_dtype=True, compare=_no_full_matrix(_cases(_RANDOM)),
               what="random float32 cases with large scores, causal and not"),
         Probe("float64", ("test_flash_attention_random",),
               [_flash(b, Lq, Lk, d, dv, bs, c, scale=1.0, dtype="float64", shapes=True)
                for b, Lq, Lk, d, dv, bs, c in _RANDOM64],
-              compare=_no_full_matrix(_cases(_RANDOM64)), atol=1e-10, rtol=1e-8,
+              keep_dtype=True, compare=_no_full_matrix(_cases(_RANDOM64)), atol=1e-10, rtol=1e-8,
               what="float64 inputs (the result keeps the dtype)"),
     ]),
     Exercise("FlashAttention", ref="efficient_attention.FlashAttention", shortcuts=("flash_attention",),
@@ -589,17 +578,17 @@ EXERCISES = [
              diagnose=BACKWARD_DIAGNOSES, probes=[
         Probe("gradients", ("test_FlashAttention_gradients",),
               [_bwd(*case) for case in _BWD],
-              compare=_grads_only, atol=1e-10, rtol=1e-8,
+              keep_dtype=True, compare=_grads_only, atol=1e-10, rtol=1e-8,
               what="float64: the output and the gradients of q, k and v against autograd's, causal "
                    "and not, Lq != Lk, block sizes that do not divide the length"),
         Probe("float32", ("test_FlashAttention_gradients",),
               [_bwd((2, 2), 20, 20, 8, 6, 6, True, dtype="float32"),
                _bwd((3,), 9, 26, 4, 5, 8, False, dtype="float32")],
-              compare=_grads_only, atol=1e-4, rtol=1e-3,
+              keep_dtype=True, compare=_grads_only, atol=1e-4, rtol=1e-3,
               what="float32 inputs (the gradients keep the dtype)"),
         Probe("saved", (memory("test_FlashAttention_memory"),),
               [_bwd(*case, shapes=True) for case in _SAVED],
-              compare=_recomputes(_SAVED),
+              keep_dtype=True, compare=_recomputes(_SAVED),
               what="the tensors saved for backward and every tensor created in forward and backward"),
         Probe("whole process", (memory("test_FlashAttention_memory"),),
               [call(_coarse(_BIG, 8), _coarse(256, 8), _coarse(256, 2), _coarse(_BIG, 2), _BIG_BLOCK,

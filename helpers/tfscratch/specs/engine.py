@@ -182,6 +182,8 @@ class Probe:
     compare: Callable | None = None  # (key, got, want) -> message or None, for special keys
     sizes: bool = False          # also compare the lengths of the lists, tuples and dicts the
                                  # calls return (a vocabulary or a merge list with extra entries)
+    keep_dtype: bool = False     # every float result keeps the reference's dtype, which is the
+                                 # input's (float64 in, float64 out; bf16 in, bf16 out)
 
     def __post_init__(self):
         self.cells = tuple(c if isinstance(c, Cell) else _cell(c, "values") for c in self.cells)
@@ -496,8 +498,14 @@ def compare_key(key, got, want, p: Probe) -> str | None:
     if key.endswith((".shapes", ".reduced")):
         return None
     what = label(key)
+    if p.keep_dtype and want.dtype.kind == "f" and got.dtype != want.dtype:
+        return (f"{what} has dtype {got.dtype}, expected {want.dtype} (the input's dtype): compute "
+                "in another dtype if you like, but cast the result back (.to(x.dtype))")
     if want.dtype == np.bool_ and got.dtype != np.bool_:
-        return f"{what} is a {got.dtype} tensor, expected a boolean one (True = may attend)"
+        extra = (" holding 0 where allowed and -inf (or a large negative number) where blocked: "
+                 "an additive mask" if got.dtype.kind == "f" and (got < 0).any() else "")
+        return (f"{what} has dtype {got.dtype}{extra}; masks in this course are boolean "
+                "(torch.bool), True = may attend")
     if got.shape != want.shape:
         return f"{what} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
     if want.dtype == np.bool_ or np.issubdtype(want.dtype, np.integer):

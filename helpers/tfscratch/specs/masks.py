@@ -2,7 +2,7 @@
 `make_decoder_mask` and the masked `scaled_dot_product_attention`, on inputs drawn for each
 grading run.
 
-Masks are compared value for value and must be boolean (`_boolean`: a 0/1 float or an
+Masks are compared value for value and must be boolean (the engine's default for a boolean reference: a 0/1 float or an
 additive 0/-inf mask fails). Token batches mix right, left and inner padding, have B != L (a
 misplaced axis cannot hide), a real token 0 next to a non-zero pad_id, and rows without padding.
 A device argument is checked by asking for a device this machine does not have (`ipu`): the
@@ -21,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from .engine import (Exercise, Graded, Input, Probe, call, given, label, like, masked_rows, randn, shapes,
+from .engine import (Exercise, Graded, Input, Probe, call, given, like, masked_rows, randn, shapes,
                      when)
 
 
@@ -133,16 +133,6 @@ def _causal(Lq, Lk):
 
 def _on_meta(inp: Input) -> Input:
     return Input(inp.build, inp.what, device="meta")
-
-
-def _boolean(key, got, want):
-    """A mask must be boolean (a 0/1 float mask has the same truth values)."""
-    if want.dtype == np.bool_ and got.dtype != np.bool_:
-        extra = (" holding 0 where allowed and -inf (or a large negative number) where blocked: "
-                 "an additive mask" if got.dtype.kind == "f" and (got < 0).any() else "")
-        return (f"{label(key)} has dtype {got.dtype}{extra}; masks in this course are boolean "
-                "(torch.bool), True = may attend")
-    return "default"
 
 
 def _dead_rows(key, got, want):
@@ -406,16 +396,15 @@ EXERCISES = [
              diagnose=PADDING_DIAGNOSES, probes=[
         Probe("shape", (shapes("test_make_padding_mask_shape"),),
               [call(_tokens(3, 7, 0)), call(_tokens(5, 2, 0))],
-              compare=_boolean, what="(B, L) tokens with B != L -> (B, 1, L) boolean"),
+              what="(B, L) tokens with B != L -> (B, 1, L) boolean"),
         Probe("values", _PAD_CELLS,
               [call(_tokens(4, 9, 0)), call(_tokens(3, 6, 3), pad_id=3),
                call(_tokens(4, 5, 7), 7)],
-              compare=_boolean,
               what="left, right and inner padding, pad_id=0, 3 and 7 (real ids below pad_id)"),
         Probe("batches", ("test_make_padding_mask_in_attention",),
               [call(_tokens(5, 11, 0)), call(_tokens(4, 4, 1), pad_id=1),
                call(_tokens(1, 8, 0)), call(_tokens(6, 3, 13), pad_id=13)],
-              compare=_boolean, what="other batch sizes and lengths, B == L included"),
+              what="other batch sizes and lengths, B == L included"),
     ]),
     Exercise("make_causal_mask", ref="masks.make_causal_mask",
              graded=(Graded("test_make_causal_mask_values", 2),
@@ -424,14 +413,13 @@ EXERCISES = [
                      Graded("test_make_causal_mask_in_attention", 1, hidden_seed=5150)),
              diagnose=CAUSAL_DIAGNOSES, probes=[
         Probe("values", ("test_make_causal_mask_values",), [call(5), call(6)],
-              compare=_boolean, what="sizes 5 and 6: lower triangle with the diagonal"),
+              what="sizes 5 and 6: lower triangle with the diagonal"),
         Probe("sizes", (shapes("test_make_causal_mask_sizes"), "test_make_causal_mask_in_attention"),
               [call(n) for n in (1, 2, 3, 9, 17, 33)],
-              compare=_boolean, what="sizes 1, 2, 3, 9, 17 and 33"),
+              what="sizes 1, 2, 3, 9, 17 and 33"),
         Probe("device", (shapes("test_make_causal_mask_device"),),
               [call(4, device="cpu"), call(3, device=None), call(2, "cpu"),
                call(4, device="ipu", raises=True)],
-              compare=_boolean,
               what="device='cpu', device=None, and device='ipu' (a device this machine lacks: "
                    "a mask created there fails, one that ignores `device` does not)"),
     ]),
@@ -443,11 +431,10 @@ EXERCISES = [
              diagnose=DECODER_DIAGNOSES, probes=[
         Probe("shape", (shapes("test_make_decoder_mask_shape"), shapes("test_make_decoder_mask_device")),
               [call(_tokens(4, 6, 0)), call(_tokens(2, 1, 0)), call(_tokens(3, 2, 5), pad_id=5)],
-              compare=_boolean, what="(B, L) tokens with B != L, L = 1 and L = 2 -> (B, L, L) "
+              what="(B, L) tokens with B != L, L = 1 and L = 2 -> (B, L, L) "
                                      "boolean"),
         Probe("values", _DEC_CELLS,
               [call(_tokens(4, 7, 0)), call(_tokens(3, 8, 2), pad_id=2), call(_tokens(3, 5, 6), 6)],
-              compare=_boolean,
               what="causal AND key padding, left/right/inner padding, pad_id=0, 2 and 6"),
         Probe("meta device", (shapes("test_make_decoder_mask_device"),),
               [call(_on_meta(_tokens(3, 5, 0)))],
@@ -456,7 +443,7 @@ EXERCISES = [
         Probe("batches", ("test_make_decoder_mask_in_attention",),
               [call(_tokens(5, 10, 0)), call(_tokens(2, 2, 3), pad_id=3),
                call(_tokens(1, 12, 1), pad_id=1), call(_tokens(6, 6, 0))],
-              compare=_boolean, what="other batch sizes and lengths, B == L included"),
+              what="other batch sizes and lengths, B == L included"),
     ]),
     Exercise("scaled_dot_product_attention", ref="masks.scaled_dot_product_attention",
              graded=(Graded("test_scaled_dot_product_attention_no_mask", 1),

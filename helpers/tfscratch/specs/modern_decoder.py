@@ -21,20 +21,12 @@ import torch
 import torch.nn.functional as F
 
 from . import vm
-from .engine import Exercise, Graded, Input, Probe, call, ctor, given, label, like, prev, randint, randn, shapes, when
+from .engine import Exercise, Graded, Input, Probe, call, ctor, given, like, prev, randint, randn, shapes, when
 
 ROPE_ATOL = 5e-5   # float32 angles at positions up to 64 (COURSE_SPEC 09/10 test ranges)
 
 
 # -- comparisons ----------------------------------------------------------------------------
-
-def _same_dtype(key, got, want):
-    """The result keeps the input's dtype (float64 in, float64 out), then the usual comparison."""
-    if want.dtype.kind == "f" and got.dtype != want.dtype:
-        return (f"{label(key)} has dtype {got.dtype}, expected {want.dtype} (the input's dtype): "
-                "compute in another dtype if you like, but cast the result back (.to(x.dtype))")
-    return "default"
-
 
 def _untouched(i=0) -> dict:
     """Call options that catch a function writing into its input: the argument is captured after
@@ -666,24 +658,24 @@ EXERCISES = [
              diagnose=RMS_DIAGNOSES, probes=[
         Probe("hand rows", ("test_rms_norm_basic",),
               [call(given(_hand_rows)), call(given(_hand_rows), randn(7))],
-              compare=_same_dtype,
+              keep_dtype=True,
               what="rows of zeros, a constant row, a tiny row, a shifted row, with and without weight"),
         Probe("constant row", ("test_rms_norm_basic",),
               [call(given(lambda g: torch.full((2, 5), 2.0) + torch.randn(2, 1, generator=g).abs()))],
-              compare=_same_dtype, what="constant rows (RMSNorm does not centre: they become ones)"),
+              keep_dtype=True, what="constant rows (RMSNorm does not centre: they become ones)"),
         Probe("random", ("test_rms_norm_random",),
               [call(_shifted(4, 13, scale=3.0), eps=1e-5),
                call(_shifted(2, 3, 2, 10, scale=0.5, dtype="float64"), randn(10, dtype="float64")),
                call(_shifted(5, 24, scale=1e-3), randn(24), eps=1e-2),
                call(_shifted(1, 2, 1, 5, scale=10.0, dtype="float64"), eps=1e-6),
                call(_shifted(3, 9, scale=0.05), randn(9), 1e-4)],
-              compare=_same_dtype,
+              keep_dtype=True,
               what="random shapes, float32 and float64, eps 1e-6 to 1e-2, tiny and large scales"),
         Probe("half", ("test_rms_norm_half",),
               [call(_shifted(6, 64, scale=2.0, dtype="bfloat16")),
                call(_shifted(3, 5, 48, scale=0.5, dtype="bfloat16"), eps=1e-5),
                call(randn(4, 32, scale=300.0, dtype="float16"), randn(32, dtype="float16"))],
-              atol=1e-3, rtol=4e-3, compare=_same_dtype,
+              atol=1e-3, rtol=4e-3, keep_dtype=True,
               what="bfloat16 and float16 inputs (float16 values near 300): computed in float32 "
                    "and rounded once, returned in the input's dtype"),
     ]),
@@ -693,18 +685,18 @@ EXERCISES = [
              diagnose=RMSNORM_DIAGNOSES, probes=[
         Probe("as built", ("test_RMSNorm_module",), make=ctor(9),
               calls=[call(randn(3, 4, 9, scale=1e-3), grad=(0,), backward=randn(3, 4, 9))],
-              param_grads=True, params=True, compare=_same_dtype,
+              param_grads=True, params=True, keep_dtype=True,
               what="a new RMSNorm(9) (weight ones, default eps) on a tiny input, with gradients"),
         Probe("weight", ("test_RMSNorm_module",), make=ctor(6), load="reference",
               calls=[call(randn(2, 5, 6, scale=2.0), grad=(0,), backward=randn(2, 5, 6))],
-              param_grads=True, params=True, compare=_same_dtype,
+              param_grads=True, params=True, keep_dtype=True,
               what="RMSNorm(6) with a random weight, gradients of the input and the weight"),
         Probe("random", ("test_RMSNorm_random",), make=ctor(11, eps=1e-2), load="reference",
               calls=[call(randn(4, 11, scale=0.05)), call(randn(2, 3, 11, scale=3.0))],
-              compare=_same_dtype, what="RMSNorm(11, eps=1e-2) on small and large inputs"),
+              keep_dtype=True, what="RMSNorm(11, eps=1e-2) on small and large inputs"),
         Probe("random eps", ("test_RMSNorm_random",), make=ctor(20, eps=1e-4), load="reference",
               calls=[call(randn(1, 2, 3, 20, scale=0.01))],
-              compare=_same_dtype, what="RMSNorm(20, eps=1e-4) on a tiny 4-D input"),
+              keep_dtype=True, what="RMSNorm(20, eps=1e-4) on a tiny 4-D input"),
     ]),
     Exercise("apply_rope", ref="modern_decoder.apply_rope", diagnose=ROPE_DIAGNOSES,
              graded=(Graded("test_apply_rope_basic", 2), Graded("test_apply_rope_relative", 2),
@@ -713,17 +705,17 @@ EXERCISES = [
              probes=[
         Probe("unit pairs", ("test_apply_rope_basic",),
               [call(given(_unit_pairs, "unit pairs"), **_untouched())],
-              atol=ROPE_ATOL, compare=_same_dtype,
+              atol=ROPE_ATOL, keep_dtype=True,
               what="unit vectors on each feature at positions 0..4 (position 0 unchanged)"),
         Probe("offset", ("test_apply_rope_basic",),
               [call(randn(2, 5, 8), offset=9, **_untouched()),
                call(randn(1, 16), offset=3), call(randn(1, 16), offset=21)],
-              atol=ROPE_ATOL, compare=_same_dtype,
+              atol=ROPE_ATOL, keep_dtype=True,
               what="offset=9 on (2, 5, 8), one row at offsets 3 and 21"),
         Probe("relative", ("test_apply_rope_relative",),
               [call(v, offset=m) for m in (0, 2, 5, 11, 19, 30, 44, 57)
                for v in (randn(1, 16), randn(1, 16))],
-              atol=ROPE_ATOL, compare=_same_dtype,
+              atol=ROPE_ATOL, keep_dtype=True,
               what="a query and a key vector at positions 0 to 57"),
         Probe("random", ("test_apply_rope_random",),
               [call(randn(3, 2, 11, 12), **_untouched()),
@@ -732,21 +724,21 @@ EXERCISES = [
                call(randn(1, 5, 7, 32), offset=13),
                call(randn(4, 2, 2), offset=62, base=100.0),
                call(randn(2, 1, 8, 6, dtype="float64"))],
-              atol=ROPE_ATOL, compare=_same_dtype,
+              atol=ROPE_ATOL, keep_dtype=True,
               what="random shapes, offsets up to 62, base 100 and 500, float32 and float64"),
         Probe("positions", ("test_apply_rope_positions",),
               [call(randn(2, 3, 5, 8), positions=randint(0, 60, 2, 5), **_untouched()),
                call(randn(3, 6, 10), positions=randint(0, 60, 3, 6)),
                call(randn(7, 12), positions=randint(0, 60, 7)),
                call(randn(2, 4, 8), offset=5, positions=randint(0, 60, 4), base=500.0)],
-              atol=ROPE_ATOL, compare=_same_dtype,
+              atol=ROPE_ATOL, keep_dtype=True,
               what="positions per row: (B, L) for (B, H, L, D) and (B, L, D) inputs, (L,) for "
                    "(L, D), and positions given with an offset (positions win)"),
         Probe("half", ("test_apply_rope_half",),
               [call(randn(3, 2, 40, 16, scale=2.0, dtype="bfloat16"), offset=10),
                call(randn(2, 30, 32, scale=2.0, dtype="float16"), offset=30),
                call(randn(2, 4, 8, dtype="bfloat16"), positions=randint(0, 60, 2, 4))],
-              atol=1e-3, rtol=4e-3, compare=_same_dtype,
+              atol=1e-3, rtol=4e-3, keep_dtype=True,
               what="bfloat16 and float16 inputs: rotated in float32 and rounded once, returned "
                    "in the input's dtype"),
     ]),
