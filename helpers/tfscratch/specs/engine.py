@@ -165,6 +165,16 @@ def fixture(name: str, *args, load: str | None = "random") -> dict:
     return {"$fixture": name, "args": list(args), "_load": load}
 
 
+@dataclass(frozen=True)
+class DeadRows:
+    """Attention weights at capture keys ending in `key`, whose query rows with every key masked
+    ("dead") may be all zeros or uniform, but finite; the reference's dead rows are `ref`
+    ("zeros" or "uniform"). `hint` says what to do about a NaN there."""
+    key: str
+    ref: str
+    hint: str
+
+
 @dataclass
 class Probe:
     name: str
@@ -184,6 +194,7 @@ class Probe:
                                  # calls return (a vocabulary or a merge list with extra entries)
     keep_dtype: bool = False     # every float result keeps the reference's dtype, which is the
                                  # input's (float64 in, float64 out; bf16 in, bf16 out)
+    dead_rows: DeadRows | None = None   # fully masked query rows: zeros or uniform, finite
 
     def __post_init__(self):
         self.cells = tuple(c if isinstance(c, Cell) else _cell(c, "values") for c in self.cells)
@@ -501,6 +512,11 @@ def compare_key(key, got, want, p: Probe) -> str | None:
     if p.keep_dtype and want.dtype.kind == "f" and got.dtype != want.dtype:
         return (f"{what} has dtype {got.dtype}, expected {want.dtype} (the input's dtype): compute "
                 "in another dtype if you like, but cast the result back (.to(x.dtype))")
+    if p.dead_rows is not None and key.endswith(p.dead_rows.key) and got.shape == want.shape \
+            and want.ndim >= 1 and want.shape[-1] >= 2:
+        dead = (want == 0).all(-1) if p.dead_rows.ref == "zeros" else np.ptp(want, axis=-1) == 0
+        if dead.any():
+            return masked_rows(key, got, want, dead, p.dead_rows.hint)
     if want.dtype == np.bool_ and got.dtype != np.bool_:
         extra = (" holding 0 where allowed and -inf (or a large negative number) where blocked: "
                  "an additive mask" if got.dtype.kind == "f" and (got < 0).any() else "")

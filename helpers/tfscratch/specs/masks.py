@@ -2,27 +2,32 @@
 `make_decoder_mask` and the masked `scaled_dot_product_attention`, on inputs drawn for each
 grading run.
 
-Masks are compared value for value and must be boolean (the engine's default for a boolean reference: a 0/1 float or an
-additive 0/-inf mask fails). Token batches mix right, left and inner padding, have B != L (a
+Masks are compared value for value and must be boolean (the engine's rule for a boolean
+reference: a 0/1 float or an additive 0/-inf mask fails). Token batches mix right, left and inner padding, have B != L (a
 misplaced axis cannot hide), a real token 0 next to a non-zero pad_id, and rows without padding.
 A device argument is checked by asking for a device this machine does not have (`ipu`): the
 reference fails there, so a function that ignores `device` is caught; the decoder mask's
 device is checked with tokens on PyTorch's meta device (shapes only).
 
 Attention: a query row whose keys are all masked may give all-zero or uniform weights
-(`_dead_rows`); the values of such probes have zero mean over the keys, so both choices give
+(`DEAD_ROWS`, a declared property of the probe); the values of such probes have zero mean over the keys, so both choices give
 the same (zero) output, and their upstream gradient is zero on those rows, so the gradients
 agree too, while a NaN (forward or backward) still shows.
 """
 
 ASSIGNMENT = "02_masks"
+
 import math
 
 import numpy as np
 import torch
 
-from .engine import (Exercise, Graded, Input, Probe, call, given, like, masked_rows, randn, shapes,
+from .engine import (DeadRows, Exercise, Graded, Input, Probe, call, given, like, randn, shapes,
                      when)
+
+# the weights (the second output): the reference's fully masked rows are all zeros
+DEAD_ROWS = DeadRows(".out.1", "zeros",
+                     "such a row must stay finite (a large finite fill value, or zero the row after softmax)")
 
 
 # -- inputs ---------------------------------------------------------------------------------
@@ -133,18 +138,6 @@ def _causal(Lq, Lk):
 
 def _on_meta(inp: Input) -> Input:
     return Input(inp.build, inp.what, device="meta")
-
-
-def _dead_rows(key, got, want):
-    """Attention weights: rows the reference leaves all zero (every key masked) may be all
-    zeros or uniform, but finite; the other rows are compared as usual."""
-    if not key.endswith(".out.1") or got.shape != want.shape or want.ndim < 1:
-        return "default"
-    dead = (want == 0).all(-1)
-    if not dead.any():
-        return "default"
-    return masked_rows(key, got, want, dead,
-                       "such a row must stay finite (a large finite fill value, or zero the row after softmax)")
 
 
 # -- diagnoses ------------------------------------------------------------------------------
@@ -484,7 +477,7 @@ EXERCISES = [
                                                   [[False, False, False, False]]]),
                           "a padding mask whose second sequence is all padding"),
                     grad=(0, 1, 2), backward=_upstream((2, 4, 3), [(1,)]), backward_of="0")],
-              compare=_dead_rows,
+              dead_rows=DEAD_ROWS,
               what="query rows with every key masked, and a sequence that is all padding "
                    "(forward and gradients finite)"),
         Probe("padding", (_SDPA + "padding",),
@@ -504,7 +497,7 @@ EXERCISES = [
                call(randn(4, 8, scale=2.0), randn(11, 8, scale=2.0), randn(11, 3),
                     _causal(4, 11)),
                call(randn(5, 1, 12), randn(5, 8, 12), randn(5, 8, 2), _mask(5, 1, 8))],
-              compare=_dead_rows,
+              dead_rows=DEAD_ROWS,
               what="random shapes, causal masks with Lq != Lk, head-axis masks, random masks "
                    "with fully masked rows"),
     ]),

@@ -13,18 +13,23 @@ only, where every implementation must drop every weight: the output is then w_o'
 `attn_weights` are still the softmax before dropout.
 
 A query row whose keys are all masked may give uniform (the reference) or all-zero weights
-(`_dead_rows`); those probes use bias=False and values with zero mean over the keys, so both
+(`DEAD_ROWS`, a declared property of the probe); those probes use bias=False and values with zero mean over the keys, so both
 choices give the same (zero) output.
 """
 
 ASSIGNMENT = "03_multihead"
+
 import math
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .engine import Exercise, Graded, Probe, call, ctor, given, like, masked_rows, randn, shapes, when
+from .engine import DeadRows, Exercise, Graded, Probe, call, ctor, given, like, randn, shapes, when
+
+# `attn_weights`: the reference makes a fully masked row uniform
+DEAD_ROWS = DeadRows(".after.attn_weights", "uniform",
+                     "fill the masked scores with a large negative finite number (torch.finfo(dtype).min), not -inf")
 
 
 # -- inputs ---------------------------------------------------------------------------------
@@ -108,18 +113,6 @@ def _all_padding(B, Lk):
 
 
 # -- special comparisons --------------------------------------------------------------------
-
-def _dead_rows(key, got, want):
-    """`attn_weights`: a row the reference makes uniform because every key is masked may be
-    uniform or all zeros, but finite; the other rows are compared as usual."""
-    if not key.endswith(".after.attn_weights") or got.shape != want.shape or want.shape[-1] < 2:
-        return "default"
-    dead = np.ptp(want, axis=-1) == 0
-    if not dead.any():
-        return "default"
-    return masked_rows(key, got, want, dead,
-                       "fill the masked scores with a large negative finite number (torch.finfo(dtype).min), not -inf")
-
 
 # -- diagnoses ------------------------------------------------------------------------------
 
@@ -473,7 +466,7 @@ EXERCISES = [
              [call(randn(2, 5, 12), randn(2, 5, 12), _zero_mean(2, 5, 12), _all_padding(2, 5)),
               call(randn(2, 5, 12), randn(2, 5, 12), _zero_mean(2, 5, 12), _decoder_dead(2, 5))],
              "a sequence that is all padding, and a decoder mask with a fully masked query row "
-             "(finite, uniform or zero weights)", compare=_dead_rows),
+             "(finite, uniform or zero weights)", dead_rows=DEAD_ROWS),
         # -- heads
         _mha("heads of two", (_T + "head_independence",), ctor(8, 4),
              [call(*_same(3, 5, 8))], "d_model=8 with 4 heads of size 2"),
