@@ -107,6 +107,39 @@ def test_the_architecture_picture_is_the_import_graph():
                              "has:\n" + "\n".join(lines))
 
 
+def _block(text: str, name: str) -> list[tuple[str, str]]:
+    """The lines `left: right` (or `left -> right`) of a fenced block of docs/architecture.md."""
+    body = text.split(f"```{name}\n", 1)[1].split("```", 1)[0]
+    sep = ":" if name == "stages" else "->"
+    return [tuple(x.strip() for x in ln.split(sep, 1)) for ln in body.strip().splitlines()]
+
+
+def test_every_grader_module_has_one_stage_and_the_picture_is_the_stage_graph():
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = _block(text, "stages")
+    order = [s for s, _ in rows]
+    listed = [(m.strip(), s) for s, mods in rows for m in mods.split(",")]
+    stage = dict(listed)
+    mods = {p.stem for p in (REPO / "autograder" / "tfsgrade").glob("*.py")}
+    assert len(listed) == len(stage), "a module is in two stages"
+    assert set(stage) == mods, f"without a stage: {sorted(mods - set(stage))}; gone: {sorted(set(stage) - mods)}"
+    actual: dict = {}
+    for p in (REPO / "autograder" / "tfsgrade").glob("*.py"):
+        for _, t in imports(p):
+            parts = t.split(".")
+            if parts[0] == "tfsgrade" and len(parts) > 1 and parts[1] in stage \
+                    and stage[parts[1]] != stage[p.stem]:
+                actual.setdefault(stage[p.stem], set()).add(stage[parts[1]])
+    drawn = {s: {d.strip() for d in ds.split(",")} for s, ds in _block(text, "stage-imports")}
+    lines = [f"{k:8} -> {', '.join(sorted(v, key=order.index))}" for k, v in
+             sorted(actual.items(), key=lambda kv: order.index(kv[0]))]
+    assert drawn == actual, "docs/architecture.md's stage graph is not the code's:\n" + "\n".join(lines)
+    later = {(a, b) for a, bs in actual.items() for b in bs if order.index(b) > order.index(a)}
+    excused = {(a, rest.split(":", 1)[0].strip()) for a, rest in _block(text, "stage-exceptions")}
+    assert later == excused, f"imports of a later stage without a reason: {sorted(later - excused)}; " \
+                             f"reasons for none: {sorted(excused - later)}"
+
+
 def test_the_scan_finds_a_violation(tmp_path):
     pkg = tmp_path / "helpers" / "tfscratch" / "reference"
     pkg.mkdir(parents=True)

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import course, dispatch, intake, judges, merge, normalise, outputs, record, term
+from . import course, dispatch, hygiene, intake, merge, normalise, outputs, record, term
 from .intake import Item  # noqa: F401  (re-exported: scripts and tests import it from here)
 from .settings import Settings
 
@@ -50,7 +50,7 @@ def grade(submissions: Path, out: Path, *, names: list[str] | None = None, term_
         _timed(s, "normalise", lambda: normalise_all(items, s))
         _timed(s, "run", lambda: dispatch.run_all(items, s))
         _timed(s, "merge", lambda: merge.merge(items, s))
-        judges.clean_autograded(items, s)  # no hidden tests, no endless output, no active content
+        hygiene.clean_autograded(items, s)  # no hidden tests, no endless output, no active content
         record.update(s.out, items, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       sandbox="on" if s.sandbox else "OFF (--no-sandbox)")
         _timed(s, "outputs", lambda: outputs.write_all(

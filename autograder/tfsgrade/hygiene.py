@@ -28,7 +28,9 @@ from __future__ import annotations
 import copy
 import html
 import re
+from pathlib import Path
 
+import nbformat
 import nh3
 
 from .cells import meta as _meta
@@ -326,3 +328,26 @@ def clean_feedback_notebook(nb, source=None, *, reveal_hidden: bool = False,
     nb = truncate_outputs(nb, limit=limit)
     nb = add_verdicts(nb, verdicts)
     return sanitise_notebook(nb)
+
+
+# -- the feedback stage's two steps on a graded class (tfsgrade.grade, tfsgrade.outputs) ----
+
+def clean_autograded(items, s) -> None:
+    """Rewrite each graded submission's autograded notebook as the student may see it."""
+    for a in s.names:
+        src = s.course / "source" / a / f"{a}.ipynb"
+        source = nbformat.read(src, as_version=4) if src.exists() else None
+        for it in items:
+            if it.assignment != a or it.status != "graded":
+                continue
+            path = s.course / "autograded" / it.student / a / f"{a}.ipynb"
+            if path.exists():
+                nb = nbformat.read(path, as_version=4)
+                nbformat.write(clean_feedback_notebook(
+                    nb, source, reveal_hidden=s.reveal_hidden, verdicts=it.verdicts), path)
+
+
+def sanitise_page(html_path: Path) -> None:
+    """A feedback page made safe for the instructor's browser (sanitise_html), in place."""
+    page = Path(html_path).read_text(encoding="utf-8")
+    Path(html_path).write_text(sanitise_html(page), encoding="utf-8")

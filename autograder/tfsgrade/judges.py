@@ -3,8 +3,8 @@
 The merge stage runs the judges of `in_order()` after nbgrader has scored the executed
 notebooks (one protocol: `judge(items, settings, gradebook) -> None`; a judge may change
 automatic scores through nbgrader's Gradebook API and add to `item.reasons` / `item.flags`);
-`clean_autograded` runs before nbgrader writes the feedback and `sanitise_page` on each page.
-This module plugs the pure modules in:
+What the student gets back is cleaned afterwards, by the feedback stage (tfsgrade.hygiene:
+`clean_autograded`, `sanitise_page`). This module plugs the pure modules in:
 
 - `verdict_judge` (tfsgrade.verdict): the coordinator's own check of every graded cell an
   exercise spec backs, against the reference on the submission's own seed. It runs first.
@@ -19,18 +19,12 @@ This module plugs the pure modules in:
   package's source, the instructor's solution notebook handed in (markers, model answers), and
   free-text answers equal to a classmate's or the model answer; written to OUT/similarity.html
   and listed in the report. Flags only: they never change a score.
-- `clean_autograded`: before nbgrader writes feedback, the autograded notebooks lose hidden
-  tests' code and inputs (unless --reveal-hidden), over-long outputs and active content.
-- `sanitise_page`: each feedback page is sanitised so nothing a student printed runs in the
-  instructor's browser.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import nbformat
 
-from . import hygiene, manifest, scan, similarity
+from . import manifest, scan, similarity
 
 
 def in_order() -> list:
@@ -90,22 +84,3 @@ def similarity_judge(items, s, gb) -> None:
     path.write_text("<!doctype html><html><head><meta charset='utf-8'><title>Copying signals"
                     "</title></head><body>" + "".join(sections) + similarity.render_html(pairs)
                     + "</body></html>\n", encoding="utf-8")
-
-
-def clean_autograded(items, s) -> None:
-    """Rewrite each graded submission's autograded notebook as the student may see it."""
-    for a in s.names:
-        source = _course_nb(s, "source", a)
-        for it in items:
-            if it.assignment != a or it.status != "graded":
-                continue
-            path = s.course / "autograded" / it.student / a / f"{a}.ipynb"
-            if path.exists():
-                nb = nbformat.read(path, as_version=4)
-                nbformat.write(hygiene.clean_feedback_notebook(
-                    nb, source, reveal_hidden=s.reveal_hidden, verdicts=it.verdicts), path)
-
-
-def sanitise_page(html_path: Path, item=None, s=None) -> None:
-    page = Path(html_path).read_text(encoding="utf-8")
-    Path(html_path).write_text(hygiene.sanitise_html(page), encoding="utf-8")

@@ -210,7 +210,7 @@ def _nbgrader_outputs(out: Path, items, which, log) -> list:
 def _feedback(out: Path, items, marks, which, graded) -> None:
     """Each regenerated feedback page marked where answers wait for a grader, sanitised, copied
     to OUT/feedback; and a page for each submission that could not be graded."""
-    from . import judges, sanitise
+    from . import hygiene, sanitise
     root = manual.course_root(out)
     for it in graded:
         src = root / "feedback" / it.student / it.assignment / f"{it.assignment}.html"
@@ -223,7 +223,7 @@ def _feedback(out: Path, items, marks, which, graded) -> None:
         sanitise.page(src)   # the course's copy too (nbgrader's release_feedback sends it)
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
-        judges.sanitise_page(dst)
+        hygiene.sanitise_page(dst)
     for it in items:
         if it.status == "flagged" and (which == "all" or (it.student, it.assignment) in which):
             flagged_page(out, it)
