@@ -135,31 +135,28 @@ def test_readme_starts_with_the_two_commands():
     assert "make test" in (REPO / ".ci" / "run").read_text()
 
 
+# (a source, what the refusal says)
+BAD_SOURCES = [
+    ("# %% [test] test_x_rows 1\nchk.test_x_rows(x)\n", "test cells are generated from the exercise's spec"),
+    ("# %% [tests] x\n", "no exercise 'x' with graded cells in the spec of 99_bad"),
+    ("# %% [tests] x 2\n", "names its exercise only"),
+    ("x = 1\n# %%\n", "before the first"),
+    ("# %% [answer] why 1\n# ### BEGIN SOLUTION\n# because\n# ### END SOLUTION\n", "answer ids start with q_"),
+    ("# %% [answer] q_why 2\n# because\n", "needs a model answer"),
+]
+
+
 def test_build_is_deterministic_and_rejects_bad_sources(tmp_path):
     for a in assignments():
         one = build.build_notebook(SOLUTIONS / "src" / f"{a}.py")
         two = build.build_notebook(SOLUTIONS / "src" / f"{a}.py")
         assert one == two
-    bad = tmp_path / "99_bad.py"
-    bad.write_text("# %% [test] test_x_rows 1\nchk.test_x_rows(x)\n")
     import pytest
-    with pytest.raises(build.SourceError, match="test cells are generated from the exercise's spec"):
-        build.build_notebook(bad)
-    bad.write_text("# %% [tests] x\n")
-    with pytest.raises(build.SourceError, match="no exercise 'x' with graded cells in the spec of 99_bad"):
-        build.build_notebook(bad)
-    bad.write_text("# %% [tests] x 2\n")
-    with pytest.raises(build.SourceError, match="names its exercise only"):
-        build.build_notebook(bad)
-    bad.write_text("x = 1\n# %%\n")
-    with pytest.raises(build.SourceError, match="before the first"):
-        build.build_notebook(bad)
-    bad.write_text("# %% [answer] why 1\n# ### BEGIN SOLUTION\n# because\n# ### END SOLUTION\n")
-    with pytest.raises(build.SourceError, match="answer ids start with q_"):
-        build.build_notebook(bad)
-    bad.write_text("# %% [answer] q_why 2\n# because\n")
-    with pytest.raises(build.SourceError, match="needs a model answer"):
-        build.build_notebook(bad)
+    bad = tmp_path / "99_bad.py"
+    for text, why in BAD_SOURCES:
+        bad.write_text(text)
+        with pytest.raises(build.SourceError, match=why):
+            build.build_notebook(bad)
 
 
 def test_test_cells_are_generated_from_the_spec():
