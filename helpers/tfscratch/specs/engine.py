@@ -94,6 +94,34 @@ def part(source: Input, *index: int | slice) -> Part:
     return Part(source, tuple(index))
 
 
+@dataclass(frozen=True, eq=False)
+class Sample:
+    """Inputs that must agree (a batch of tokens and its padding mask, one sequence as query,
+    key and value, a sequence and the chunks of a cached run), drawn by ONE function: `fn(g)`
+    returns a tuple, and `s[i]` is its i-th element, to pass to a call. A probe draws a Sample
+    once, where one of its elements is first used; every element comes from that draw."""
+    fn: Callable[[torch.Generator], tuple]
+    what: str = ""
+
+    def __getitem__(self, i: int) -> "Drawn":
+        return Drawn(self, (i,))
+
+
+@dataclass(frozen=True, eq=False)
+class Drawn:
+    """Part of a Sample's one draw: its element path[0], then indexed by the rest of `path`
+    (`s[0][:, 2:5]`: columns 2:5 of the first element; `s[0][0]`: its first row)."""
+    sample: Sample
+    path: tuple
+
+    def __getitem__(self, index) -> "Drawn":
+        return Drawn(self.sample, self.path + (index,))
+
+
+def sample(fn: Callable[[torch.Generator], tuple], what: str = "") -> Sample:
+    return Sample(fn, what)
+
+
 ASPECTS = ("values", "shapes", "batch", "memory")
 
 
@@ -300,6 +328,14 @@ class _Builder:
     def value(self, v, g):
         if isinstance(v, Part):       # the same numbers as an input built earlier in this probe
             return self.tensor(self.built[id(v.source)][v.index].clone())
+        if isinstance(v, Drawn):      # one element of a Sample, drawn once in this probe
+            s = v.sample
+            if id(s) not in self.samples:
+                self.samples[id(s)] = (s, s.fn(g))     # keep s alive: ids stay unique
+            x = self.samples[id(s)][1]
+            for index in v.path:
+                x = x[index]
+            return self.value(x.clone() if isinstance(x, torch.Tensor) else x, g)
         if isinstance(v, Input):
             t = v.build(g)
             self.built[id(v)] = t
@@ -340,6 +376,7 @@ class _Builder:
 
     def probe(self, p: Probe) -> dict:
         self.built = {}               # id(Input) -> tensor, for part(...) of this probe's calls
+        self.samples = {}             # id(Sample) -> (Sample, its one draw) in this probe
         seed = _seed(self.run_seed, self.ex.name, p.name)
         g = torch.Generator().manual_seed(seed)
         d = {"name": p.name, "seed": seed % 2**31, "mode": p.mode, "after": list(p.after),

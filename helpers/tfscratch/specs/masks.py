@@ -22,7 +22,7 @@ import math
 import numpy as np
 import torch
 
-from .engine import (DeadRows, Exercise, Graded, Input, Probe, call, given, like, randn, shapes,
+from .engine import (DeadRows, Exercise, Graded, Input, Probe, call, given, like, randn, sample, shapes,
                      when)
 
 # the weights (the second output): the reference's fully masked rows are all zeros
@@ -31,22 +31,6 @@ DEAD_ROWS = DeadRows(".out.1", "zeros",
 
 
 # -- inputs ---------------------------------------------------------------------------------
-
-def _clone(g):
-    h = torch.Generator()
-    h.set_state(g.get_state())
-    return h
-
-
-def _peek(fn, pick, what=""):
-    """Part of what `fn` draws, without advancing the generator: the next `_take` of the same
-    `fn` draws the very same numbers (two inputs that must agree, e.g. x and its mask)."""
-    return given(lambda g: pick(fn(_clone(g))), what)
-
-
-def _take(fn, pick, what=""):
-    return given(lambda g: pick(fn(g)), what)
-
 
 def _tokens(B, L, pad_id, vocab=12):
     """(B, L) ids: row 0 unpadded (with a real token 0), row 1 left-padded, row 2 padded
@@ -123,10 +107,8 @@ def _pad_batch(B, L, d, extra):
         real = torch.arange(L + extra)[None, :] < n[:, None]
         x = torch.randn(B, L + extra, d, generator=g)
         return torch.where(real[..., None], x, 50 * x), real.unsqueeze(1)
-    what = f"x ({B}, {L + extra}, {d}) with large values at the padding"
-    return (_peek(build, lambda r: r[0], what), _peek(build, lambda r: r[0], what),
-            _peek(build, lambda r: r[0], what),
-            _take(build, lambda r: r[1], f"its padding mask ({B}, 1, {L + extra})"))
+    s = sample(build, f"x ({B}, {L + extra}, {d}) with large values at the padding, and its mask")
+    return s[0], s[0], s[0], s[1]            # self-attention: x as query, key and value
 
 
 def _causal(Lq, Lk):

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from . import vm
-from .engine import Exercise, Graded, Input, Probe, call, ctor, given, like, prev, randint, randn, shapes, when
+from .engine import Exercise, Graded, Input, Probe, call, ctor, given, like, prev, randint, randn, sample, shapes, when
 
 ROPE_ATOL = 5e-5   # float32 angles at positions up to 64 (COURSE_SPEC 09/10 test ranges)
 
@@ -66,61 +66,49 @@ def _unit_pairs(g):
     return x
 
 
-def _slice_of(draw, a, b, what):
-    """Columns a:b of ONE sequence drawn by `draw(g)` without consuming the generator, so that
-    the chunks of a cached run (and a full pass) are slices of the same sequence."""
-    def build(g):
-        state = g.get_state()
-        x = draw(g)
-        g.set_state(state)
-        return x[:, a:b].clone()
-    return Input(build, f"{what}[:, {a}:{b}]")
+# One sequence per probe (a Sample): the full pass and the chunks of a cached run are column
+# slices of the same numbers (`x[:, a:b]`).
+def _seq(B, T, d):
+    return sample(lambda g: (torch.randn(B, T, d, generator=g),), f"x{(B, T, d)}")[0]
 
 
-def _seq(B, T, d, a=0, b=None):
-    return _slice_of(lambda g: torch.randn(B, T, d, generator=g), a, T if b is None else b,
-                     f"x{(B, T, d)}")
+def _tokens(V, B, T):
+    return sample(lambda g: (torch.randint(0, V, (B, T), generator=g),), f"tokens{(B, T)}")[0]
 
 
-def _tokens(V, B, T, a=0, b=None):
-    return _slice_of(lambda g: torch.randint(0, V, (B, T), generator=g), a, T if b is None else b,
-                     f"tokens{(B, T)}")
-
-
-def _chunked(make_input, chunks, full=True, past=None):
-    """Calls that feed the chunks through the cache: call 0 the full pass (when `full`), then
-    chunk by chunk with the previous call's cache; `past` (an input) one more call that must
-    raise (past max_len)."""
-    T = sum(chunks)
-    calls = [call(make_input(0, T))] if full else []
+def _chunked(full_input, chunks, full=True, past=None):
+    """Calls that feed the chunks of `full_input` (B, T, ...) through the cache: call 0 the full
+    pass (when `full`), then chunk by chunk with the previous call's cache; `past` (an input)
+    one more call that must raise (past max_len)."""
+    calls = [call(full_input)] if full else []
     s0 = 0
     for n in chunks:
         kw = {} if s0 == 0 else {"cache": prev(len(calls) - 1, "1")}
-        calls.append(call(make_input(s0, s0 + n), **kw))
+        calls.append(call(full_input[:, s0:s0 + n], **kw))
         s0 += n
     if past is not None:
         calls.append(call(past, cache=prev(len(calls) - 1, "1"), raises=True))
     return calls
 
 
-def _gapped(B, T, a=0, b=None):
-    """Columns a:b of ONE (B, T) tensor of increasing positions with gaps, below 40, per row."""
+def _gapped(B, T):
+    """ONE (B, T) tensor of increasing positions with gaps, below 40, per row (slice it)."""
     def draw(g):
-        return torch.stack([torch.randperm(40, generator=g)[:T].sort().values for _ in range(B)])
-    return _slice_of(draw, a, T if b is None else b, f"positions{(B, T)}")
+        return (torch.stack([torch.randperm(40, generator=g)[:T].sort().values for _ in range(B)]),)
+    return sample(draw, f"positions{(B, T)}")[0]
 
 
 def _positioned(B, T, d, chunks):
     """A full pass with per-row positions, the same through the cache chunk by chunk with the
     chunks' positions, then a full pass with (T,) positions (row 0's)."""
-    calls = [call(_seq(B, T, d), positions=_gapped(B, T))]
+    x, pos = _seq(B, T, d), _gapped(B, T)
+    calls = [call(x, positions=pos)]
     s0 = 0
     for n in chunks:
         kw = {} if s0 == 0 else {"cache": prev(len(calls) - 1, "1")}
-        calls.append(call(_seq(B, T, d, s0, s0 + n), positions=_gapped(B, T, s0, s0 + n), **kw))
+        calls.append(call(x[:, s0:s0 + n], positions=pos[:, s0:s0 + n], **kw))
         s0 += n
-    row0 = Input(lambda g: _gapped(B, T).build(g)[0], f"positions({T},)")
-    calls.append(call(_seq(B, T, d), positions=row0))
+    calls.append(call(x, positions=pos[0]))       # (T,) positions: row 0's
     return calls
 
 
@@ -791,13 +779,13 @@ EXERCISES = [
               load="reference", calls=[call(randn(1, 8, 24)), call(randn(2, 1, 24))],
               what="n_kv_heads == 1 (multi-query attention), and a single token"),
         Probe("cache", ("test_GroupedQueryAttention_cache",), make=ctor(16, 4, 2), load="reference",
-              calls=_chunked(lambda a, b: _seq(2, 9, 16, a, b), (4, 1, 4)),
+              calls=_chunked(_seq(2, 9, 16), (4, 1, 4)),
               what="9 tokens as chunks 4 + 1 + 4 through the cache, against one full pass"),
         Probe("cache mqa", ("test_GroupedQueryAttention_cache",), make=ctor(24, 6, 1),
-              load="reference", calls=_chunked(lambda a, b: _seq(1, 8, 24, a, b), (1, 1, 1, 5)),
+              load="reference", calls=_chunked(_seq(1, 8, 24), (1, 1, 1, 5)),
               what="n_kv_heads=1, chunks 1 + 1 + 1 + 5 through the cache"),
         Probe("cache mha", ("test_GroupedQueryAttention_cache",), make=ctor(12, 3, 3),
-              load="reference", calls=_chunked(lambda a, b: _seq(3, 7, 12, a, b), (3, 4)),
+              load="reference", calls=_chunked(_seq(3, 7, 12), (3, 4)),
               what="n_kv_heads == n_heads, chunks 3 + 4 through the cache"),
         Probe("positions", ("test_GroupedQueryAttention_positions",), make=ctor(16, 4, 2),
               load="reference", calls=_positioned(2, 9, 16, (4, 2, 3)),
@@ -830,13 +818,13 @@ EXERCISES = [
               what="three layers with n_kv_heads == n_heads on tokens (2, 12)"),
         Probe("cache", ("test_ModernDecoderLM_cache",), make=ctor(13, 24, 2, 6, 3, 32, max_len=10),
               load="reference", mode="eval",
-              calls=_chunked(lambda a, b: _tokens(13, 2, 10, a, b), (4, 1, 1, 4),
+              calls=_chunked(_tokens(13, 2, 10), (4, 1, 1, 4),
                              past=_tokens(13, 2, 1)),
               what="10 tokens as chunks 4 + 1 + 1 + 4 through the cache (against one full pass), "
                    "then one token past max_len=10, which must raise"),
         Probe("cache deep", ("test_ModernDecoderLM_cache",), make=ctor(10, 16, 3, 4, 2, 24),
               load="reference", mode="eval",
-              calls=_chunked(lambda a, b: _tokens(10, 1, 9, a, b), (2, 5, 2)),
+              calls=_chunked(_tokens(10, 1, 9), (2, 5, 2)),
               what="three layers, chunks 2 + 5 + 2 through the cache (each layer its own cache)"),
     ]),
     Exercise("top_p_filter", ref="modern_decoder.top_p_filter", diagnose=TOP_P_DIAGNOSES,

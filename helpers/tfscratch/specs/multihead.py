@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .engine import DeadRows, Exercise, Graded, Probe, call, ctor, given, like, randn, shapes, when
+from .engine import DeadRows, Exercise, Graded, Probe, call, ctor, given, like, randn, sample, shapes, when
 
 # `attn_weights`: the reference makes a fully masked row uniform
 DEAD_ROWS = DeadRows(".after.attn_weights", "uniform",
@@ -34,21 +34,10 @@ DEAD_ROWS = DeadRows(".after.attn_weights", "uniform",
 
 # -- inputs ---------------------------------------------------------------------------------
 
-def _clone(g):
-    h = torch.Generator()
-    h.set_state(g.get_state())
-    return h
-
-
 def _same(B, L, D):
-    """(query, key, value) holding the same (B, L, D) numbers: self-attention. The first two
-    draw from a copy of the generator, the last from the generator itself."""
-    what = f"x ({B}, {L}, {D}) as query, key and value"
-
-    def draw(g):
-        return torch.randn(B, L, D, generator=g)
-    return (given(lambda g: draw(_clone(g)), what), given(lambda g: draw(_clone(g)), what),
-            given(draw, what))
+    """(query, key, value) holding the same (B, L, D) numbers: self-attention."""
+    x = sample(lambda g: (torch.randn(B, L, D, generator=g),), f"x ({B}, {L}, {D}) as query, key and value")
+    return x[0], x[0], x[0]
 
 
 def _zero_mean(B, L, D):
