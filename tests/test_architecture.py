@@ -161,16 +161,20 @@ def test_the_probe_machine_imports_torch_numpy_and_the_standard_library_only(nam
     assert {m.split(".")[0] for m in mods} <= {
         "base64", "ctypes", "io", "json", "os", "resource", "sys", "traceback", "warnings",
         "numpy", "torch", "IPython"}, mods   # ctypes: malloc_trim and mallopt
-    if name == "vm.py":
-        src = path.read_text()
-        assert 'if "FIXTURES" not in globals():\n    from tfscratch.specs.fixtures import' in src
 
 
-def test_the_probe_cell_carries_the_stand_ins_first():
-    from tfscratch.specs import fixtures, vm
+def test_the_probe_cell_carries_the_stand_ins_first_and_imports_nothing_of_the_course():
+    """The probe cell's module: fixtures.py's text, then vm.py's without its PACKAGE_ONLY import,
+    so no state of the kernel (a patched builtins.globals, a deleted FIXTURES) can make it import
+    the student's copy of tfscratch."""
+    from tfscratch.specs import fixtures
     from tfsgrade import verdict
     text = verdict.VM_SOURCE
-    assert text.index(Path(fixtures.__file__).read_text()) < text.index(Path(vm.__file__).read_text())
+    assert text.startswith(Path(fixtures.__file__).read_text())
+    found = {a.name if isinstance(n, ast.Import) else (n.module or "") for n in ast.walk(ast.parse(text))
+             if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    assert not [m for m in found if m.startswith(("tfscratch", "tfsgrade", "."))], found
+    assert not [ln for ln in text.splitlines() if ln.rstrip().endswith(verdict.PACKAGE_ONLY)]
     ns = {"__builtins__": __builtins__, "__name__": "tfs_probe_vm"}
     exec(compile(text, "tfs_probe_vm", "exec"), ns)   # noqa: S102 - the course's own text
     assert set(ns["FIXTURES"]) == set(fixtures.FIXTURES) and set(ns["DRIVERS"]) == set(fixtures.DRIVERS)

@@ -43,7 +43,11 @@ def _course_nb(s, folder: str, a: str):
 def scan_judge(items, s, gb) -> None:
     for a in s.names:
         released, source = _course_nb(s, "release", a), _course_nb(s, "source", a)
-        owners = manifest.owners(a)
+        owners = manifest.owners(a)      # {test cell: its exercise}, as the specs declare them
+        unowned = sorted(c.metadata["nbgrader"]["grade_id"] for c in (source.cells if source else [])
+                         if c.metadata.get("nbgrader", {}).get("grade")
+                         and not c.metadata["nbgrader"].get("solution")
+                         and c.metadata["nbgrader"]["grade_id"] not in owners)
         for it in items:
             if it.assignment != a or it.status != "pending" or not it.notebook:
                 continue
@@ -59,6 +63,10 @@ def scan_judge(items, s, gb) -> None:
                 g.auto_score, g.needs_manual_grade = 0.0, True
             gb.db.commit()
             notes = res.notes()
+            if unowned and res.zeroed():   # OUT/course is older than the specs: fail loudly
+                notes.append(f"the course directory's test cells {', '.join(unowned)} are not in the "
+                             "current specs, so the scan could not zero them: check them by hand, or "
+                             "grade into a new output folder")
             it.reasons += [f"scan: {n}" for n in notes]
             it.flags += notes
 

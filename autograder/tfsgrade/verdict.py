@@ -38,8 +38,19 @@ import numpy as np
 
 from tfscratch.specs import engine, fixtures, vm
 
-# the probe machine's text: its stand-ins and drivers first, in the same fresh module
-VM_SOURCE = "\n\n".join(Path(m.__file__).read_text(encoding="utf-8") for m in (fixtures, vm))
+# The probe machine's text: its stand-ins and drivers first, then the machine, in one fresh
+# module; the machine's lines marked PACKAGE_ONLY (its import of fixtures) are not in it.
+PACKAGE_ONLY = "# PACKAGE_ONLY"
+
+
+def _probe_source() -> str:
+    text = Path(vm.__file__).read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [ln for ln in text if not ln.rstrip().endswith(PACKAGE_ONLY)]
+    assert len(text) - len(kept) == 1, "vm.py marks one line PACKAGE_ONLY: its import of fixtures"
+    return Path(fixtures.__file__).read_text(encoding="utf-8") + "\n\n" + "".join(kept)
+
+
+VM_SOURCE = _probe_source()
 FORGED = "a capture the probe did not make"
 STRAY = "#stray"            # runner: probe-MIME outputs found outside the probe cells
 
