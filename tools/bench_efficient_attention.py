@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
+import timeit
 
 import torch
 
@@ -21,12 +21,7 @@ from tfscratch.reference import flash_attention, naive_attention
 
 
 def best_time(fn, repeats=3):
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return min(timeit.repeat(fn, number=1, repeat=repeats))
 
 
 def main(argv=None) -> int:

@@ -12,40 +12,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import torch
-import torch.nn.functional as F
 
+from notebook_code import notebook_defs
 from tfscratch.reference import DecoderOnlyLM, ModernDecoderLM
 
-V_COPY, HALF = 16, 8  # the notebook's task: content tokens 0..15, separator 16
-
-
-def copy_batch(gen, B=32):
-    x = torch.randint(0, V_COPY, (B, HALF), generator=gen)
-    return torch.cat([x, torch.full((B, 1), V_COPY), x], dim=1)  # (B, 17)
-
-
-def copy_loss(logits, tokens):
-    return F.cross_entropy(logits[:, HALF:-1].reshape(-1, logits.size(-1)),
-                           tokens[:, HALF + 1:].reshape(-1))
-
-
-def train_copy(model, steps, lr=3e-3):
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    gen, losses = torch.Generator().manual_seed(0), []
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        batch = copy_batch(gen)
-        out = model(batch)
-        logits = out[0] if isinstance(out, tuple) else out
-        loss = copy_loss(logits, batch)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses, time.perf_counter() - t0
+# the notebook's own copy task and training loop (section 5 of 09), not a copy of them
+NB = notebook_defs("09_modern_decoder", "V_COPY", "HALF", "copy_batch", "copy_loss", "train_copy")
+V_COPY, train_copy = NB["V_COPY"], NB["train_copy"]
 
 
 def main(argv=None) -> int:

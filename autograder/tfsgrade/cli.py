@@ -80,22 +80,21 @@ def stale(notebooks: bool = True) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         built = build.build_all(course.SOURCES, tmp / "solutions")
-        for p in built:
-            committed = course.SOLUTIONS / p.name
-            if not committed.exists() or not filecmp.cmp(p, committed, shallow=False):
-                problems.append(f"solutions/{p.name} is stale: run `make release`")
-        extra = {p.name for p in course.SOLUTIONS.glob("[0-9][0-9]_*.ipynb")} - {p.name for p in built}
-        problems += [f"solutions/{n} has no source in solutions/src/" for n in sorted(extra)]
+        problems += _differ(built, course.SOLUTIONS, "[0-9][0-9]_*.ipynb", "has no source in solutions/src/")
         if problems or not notebooks:
             return problems
         rel = release(tmp / "notebooks", log=lambda *_: None)
-        for p in rel:
-            committed = course.NOTEBOOKS / p.name
-            if not committed.exists() or not filecmp.cmp(p, committed, shallow=False):
-                problems.append(f"notebooks/{p.name} is stale: run `make release`")
-        extra = {p.name for p in course.NOTEBOOKS.glob("*.ipynb")} - {p.name for p in rel}
-        problems += [f"notebooks/{n} is not generated from solutions/" for n in sorted(extra)]
+        problems += _differ(rel, course.NOTEBOOKS, "*.ipynb", "is not generated from solutions/")
     return problems
+
+
+def _differ(made: list, committed: Path, pattern: str, orphan: str) -> list[str]:
+    """What differs between freshly generated files and the committed folder: stale files, and
+    committed files nothing generates."""
+    out = [f"{committed.name}/{p.name} is stale: run `make release`" for p in made
+           if not (committed / p.name).exists() or not filecmp.cmp(p, committed / p.name, shallow=False)]
+    extra = {p.name for p in committed.glob(pattern)} - {p.name for p in made}
+    return out + [f"{committed.name}/{n} {orphan}" for n in sorted(extra)]
 
 
 def _term_args(p) -> None:

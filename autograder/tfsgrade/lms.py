@@ -591,10 +591,8 @@ def _scan_canvas(base: Path, from_zip: bool) -> list[Entry]:
         else:
             m = CANVAS.match(p.name) or CANVAS_OTHER.match(p.name)
             if not m:
-                entries.append(Entry(rel, "canvas", intake="unknown student", path=p,
-                                     submitted_at=at, submitted_from=src,
-                                     notes=["the file name is not in Canvas's naming "
-                                            "(<name>[_LATE]_<user id>_<file id>_<file name>)"]))
+                entries.append(_unknown(rel, "canvas", p, at, src, "the file name is not in Canvas's "
+                                        "naming (<name>[_LATE]_<user id>_<file id>_<file name>)"))
                 continue
             e = Entry(rel, "canvas", lms_id=m["uid"], name=m["name"])
         fid = m.groupdict().get("fid")
@@ -603,6 +601,12 @@ def _scan_canvas(base: Path, from_zip: bool) -> list[Entry]:
         e.order = (int(fid) if fid else 0, at or "")
         entries.append(e)
     return entries
+
+
+def _unknown(rel: str, layout: str, p: Path, at, src, why: str) -> Entry:
+    """A file whose name says no student: listed as such, never dropped."""
+    return Entry(rel, layout, intake="unknown student", path=p, submitted_at=at,
+                 submitted_from=src, notes=[why])
 
 
 def _scan_moodle(base: Path, from_zip: bool) -> list[Entry]:
@@ -615,10 +619,8 @@ def _scan_moodle(base: Path, from_zip: bool) -> list[Entry]:
             rel = str(p.relative_to(base))
             at, src = _time(p, from_zip)
             if not m:
-                entries.append(Entry(rel, "moodle", intake="unknown student", path=p,
-                                     submitted_at=at, submitted_from=src,
-                                     notes=["the name is not in Moodle's naming (<Full Name>_"
-                                            "<participant id>_assignsubmission_file_...)"]))
+                entries.append(_unknown(rel, "moodle", p, at, src, "the name is not in Moodle's naming "
+                                        "(<Full Name>_<participant id>_assignsubmission_file_...)"))
                 continue
             e = Entry(rel, "moodle", lms_id=m["pid"], name=m["name"], path=p, submitted_at=at,
                       submitted_from=src, order=(at or "",), display=display)

@@ -561,6 +561,13 @@ class _Cell(ast.NodeVisitor):
         for a in (node.args.vararg, node.args.kwarg):
             if a:
                 scope[a.arg] = None
+        self._body(node, scope, d)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = _visit_function
+
+    def _body(self, node, scope: dict, d) -> None:
+        """A def's or a class's body, visited in its own scope; then its name is bound (and a
+        top-level one recorded with what it reads)."""
         self.scopes.append(scope)
         for st in node.body:
             self.visit(st)
@@ -569,8 +576,6 @@ class _Cell(ast.NodeVisitor):
             self.defstack.pop()
             self.s.defs[node.name] = d
         self.bind(node.name, USER + node.name, node)
-
-    visit_FunctionDef = visit_AsyncFunctionDef = _visit_function
 
     def visit_Lambda(self, node: ast.Lambda):
         for default in node.args.defaults:
@@ -586,14 +591,7 @@ class _Cell(ast.NodeVisitor):
             self.defstack.append(d)
         for b in node.bases + [k.value for k in node.keywords] + node.decorator_list:
             self.visit(b)
-        self.scopes.append({})
-        for st in node.body:
-            self.visit(st)
-        self.scopes.pop()
-        if d:
-            self.defstack.pop()
-            self.s.defs[node.name] = d
-        self.bind(node.name, USER + node.name, node)
+        self._body(node, {}, d)
 
     def visit_Name(self, node: ast.Name):
         if isinstance(node.ctx, ast.Load):
