@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 
+import apt
+
 CANDIDATES = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable"]
 # Without the recommends (upower, printers, notification daemon ...): Chromium and the fonts
 # the screenshots need. --no-install-recommends saves minutes and hundreds of MB.
@@ -39,24 +41,12 @@ def main():
             return 0
         print(f"ensure_browser: {path} is there but does not start", file=sys.stderr)
         return 1
-    if os.environ.get("TFS_NO_BROWSER_INSTALL"):
-        print("ensure_browser: no Chromium and TFS_NO_BROWSER_INSTALL is set", file=sys.stderr)
+    if not apt.may_install("ensure_browser", "Chromium", "TFS_NO_BROWSER_INSTALL", PACKAGES,
+                           " (or set TFS_CHROMIUM=/path/to/chrome)"):
         return 1
-    if not shutil.which("apt-get"):
-        print("ensure_browser: no Chromium and no apt-get here: install Chromium yourself "
-              "(or set TFS_CHROMIUM=/path/to/chrome)", file=sys.stderr)
-        return 1
-    if not (hasattr(os, "geteuid") and os.geteuid() == 0):
-        print("ensure_browser: no Chromium; run `sudo apt-get install chromium` "
-              "(this script installs it only when run as root)", file=sys.stderr)
-        return 1
-    print("ensure_browser: installing Debian's Chromium (apt-get install chromium) ...")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "update", "-qq"], env=env, stdout=subprocess.DEVNULL)
-    r = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES],
-                       env=env, stdout=subprocess.DEVNULL)
+    ok = apt.install("ensure_browser", PACKAGES)
     path = found()
-    if r.returncode != 0 or not path or not works(path):
+    if not ok or not path or not works(path):
         print("ensure_browser: apt-get could not install a working Chromium", file=sys.stderr)
         return 1
     print(f"ensure_browser: {path} ready")

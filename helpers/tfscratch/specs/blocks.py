@@ -606,6 +606,18 @@ def _dec_same_lengths(nf, name, cells, n=None):
                       "values at padded memory positions")
 
 
+def _structure(name: str, *inputs) -> list:
+    """The stack's structure with 3 and 1 layers: its parameters, and n_layers distinct layers
+    in an nn.ModuleList with a final norm (Encoder and Decoder alike)."""
+    cell = f"test_{name}_structure"
+    return [*[_params(ctor(n, 16, 4, 32), cell, f"{name}({n}, 16, 4, 32)", n) for n in (3, 1)],
+            *[Probe(f"structure {n}", (shapes(cell),), [call(*inputs)],
+                    make=ctor(n, 16, 4, 32), load=_REF, params=True, mode="eval", atol=_STACK_ATOL,
+                    what=f"{name}({n}, 16, 4, 32): n_layers distinct layers in an nn.ModuleList "
+                         "and a final norm")
+              for n in (3, 1)]]
+
+
 EXERCISES = [
     Exercise("FeedForward", ref="blocks.FeedForward", shortcuts=_SC, diagnose=FF_DIAGNOSES,
              graded=(Graded("test_FeedForward_structure", 1),
@@ -715,13 +727,7 @@ EXERCISES = [
                      Graded("test_Encoder_matches_torch", 3, hidden_seed=2024),
                      Graded("test_Encoder_padding_dropout", 1)),
              probes=[
-        *[_params(ctor(n, 16, 4, 32), "test_Encoder_structure", f"Encoder({n}, 16, 4, 32)", n)
-          for n in (3, 1)],
-        *[Probe(f"structure {n}", (shapes("test_Encoder_structure"),), [call(_x(2, 5, 16))],
-                make=ctor(n, 16, 4, 32), load=_REF, params=True, mode="eval", atol=_STACK_ATOL,
-                what=f"Encoder({n}, 16, 4, 32): n_layers distinct layers in an nn.ModuleList "
-                     "and a final norm")
-          for n in (3, 1)],
+        *_structure("Encoder", _x(2, 5, 16)),
         _enc_stack(False, 3, 3, 7, 24, 6, 40, "deep"),
         _enc_stack(True, 3, 3, 7, 24, 6, 40, "deep"),
         _enc_stack(False, 1, 1, 5, 12, 2, 20, "one layer"),
@@ -744,13 +750,7 @@ EXERCISES = [
                      Graded("test_Decoder_matches_torch", 3, hidden_seed=9901),
                      Graded("test_Decoder_causal_memory", 1)),
              probes=[
-        *[_params(ctor(n, 16, 4, 32), "test_Decoder_structure", f"Decoder({n}, 16, 4, 32)", n)
-          for n in (3, 1)],
-        *[Probe(f"structure {n}", (shapes("test_Decoder_structure"),), [call(_x(2, 5, 16), _x(2, 7, 16))],
-                make=ctor(n, 16, 4, 32), load=_REF, params=True, mode="eval", atol=_STACK_ATOL,
-                what=f"Decoder({n}, 16, 4, 32): n_layers distinct layers in an nn.ModuleList "
-                     "and a final norm")
-          for n in (3, 1)],
+        *_structure("Decoder", _x(2, 5, 16), _x(2, 7, 16)),
         _dec_stack(False, 3, 3, 6, 4, 24, 6, 40, False, "deep"),
         _dec_stack(True, 3, 3, 6, 4, 24, 6, 40, True, "deep"),
         _dec_stack(False, 2, 2, 5, 7, 16, 4, 32, True, "two layers"),
