@@ -55,7 +55,11 @@ _SOFTMAX_OPS = ("softmax", "log_softmax", "special_softmax", "special_log_softma
                 "_sparse_log_softmax")
 _ATTENTION_OPS = ("scaled_dot_product_attention", "_fused_sdp_choice",
                   "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention_for_cpu",
-                  "_safe_softmax", "_native_multi_head_attention")
+                  "_safe_softmax", "_native_multi_head_attention",
+                  # the fused backward passes with a CPU-side kernel: an honest blockwise forward
+                  # that saves O and the log-sum-exp could hand its backward to them
+                  "_scaled_dot_product_flash_attention_for_cpu_backward",
+                  "_scaled_dot_product_fused_attention_overrideable_backward")
 _LAYER_NORM_OPS = ("layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "rms_norm",
                    "_fused_rms_norm")
 _BATCH_NORM_OPS = ("batch_norm", "instance_norm", "_batch_norm_impl_index", "native_batch_norm",
@@ -95,7 +99,12 @@ _ATTENTION_SCAN = dict(leaves=frozenset({
     "flex_attention", "_flash_attention_forward", "_efficient_attention_forward",
     "multi_head_attention_forward", "_native_multi_head_attention",
     "MultiheadAttention", "flash_attn_func", "flash_attn_qkvpacked_func",
-    "memory_efficient_attention", "_transformer_encoder_layer_fwd"}))
+    "memory_efficient_attention", "_transformer_encoder_layer_fwd",
+    # their backward passes (FlashAttention's backward is the exercise in 10)
+    "_scaled_dot_product_flash_attention_for_cpu_backward", "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_efficient_attention_backward", "_scaled_dot_product_cudnn_attention_backward",
+    "_scaled_dot_product_fused_attention_overrideable_backward", "_flash_attention_backward",
+    "_efficient_attention_backward"}))
 
 GROUPS: dict[str, Group] = {
     "softmax": Group(

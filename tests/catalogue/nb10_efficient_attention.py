@@ -326,6 +326,16 @@ class FlashAttention(torch.autograd.Function):
     Mistake(FB, "forward calls F.scaled_dot_product_attention", r"shortcut", _edit(FA,
             "        o = acc / l\n",
             "        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)\n")),
+    Mistake(FB, "an honest forward, and backward handed to aten's fused CPU flash-attention backward",
+            r"shortcut", FA.split("    @staticmethod\n    def backward")[0] + """    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        lead = q.shape[:-2]                      # the fused kernel wants (B, H, L, d)
+        q4, k4, v4, o4, do4 = (t.reshape(-1, 1, *t.shape[-2:]) for t in (q, k, v, o, do))
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            do4, q4, k4, v4, o4, lse.reshape(-1, 1, lse.size(-2)), 0.0, ctx.causal, scale=ctx.scale)
+        return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape), None, None
+"""),
 ]
 
 VARIANTS = [
