@@ -87,6 +87,14 @@ def _limit_memory(gb: float):
     return apply
 
 
+def notebook_path(root: Path, folder: str, assignment: str, student: str | None = None) -> Path:
+    """A notebook of an nbgrader course directory: `folder`/<assignment>/<assignment>.ipynb for
+    source/ and release/, `folder`/<student>/<assignment>/<assignment>.ipynb for submitted/,
+    autograded/ and the like. The one place these paths are spelled."""
+    base = Path(root) / folder / student if student is not None else Path(root) / folder
+    return base / assignment / f"{assignment}.ipynb"
+
+
 def run_nbgrader(root: Path, args: list[str], *, timeout: float | None = None,
                  mem_gb: float | None = None) -> subprocess.CompletedProcess:
     """Run `nbgrader ARGS` in the course directory; never raises on a non-zero exit."""
@@ -206,7 +214,7 @@ def _generate_key(root: Path, names: list[str]) -> str:
     cfg = cfg.replace(EXECUTED_ELSEWHERE, "")
     h.update("\n".join(x for x in cfg.splitlines() if not x.startswith("c.Execute.timeout")).encode())
     for a in names:
-        h.update(f"\0{a}\0".encode() + (root / "source" / a / f"{a}.ipynb").read_bytes())
+        h.update(f"\0{a}\0".encode() + notebook_path(root, "source", a).read_bytes())
     return h.hexdigest()[:24]
 
 

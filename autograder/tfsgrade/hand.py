@@ -20,6 +20,7 @@ from pathlib import Path
 
 import nbformat
 
+from . import course
 from .cells import key as _key
 
 
@@ -47,14 +48,14 @@ def carry(pending, s, stage: Path, gb) -> None:
     """For each item of this run with hand grades: keep them; flag those whose answer changed."""
     from nbgrader.api import MissingEntry
     for it in pending:
-        new = _cells(stage / "autograded" / it.student / it.assignment / f"{it.assignment}.ipynb")
+        new = _cells(course.notebook_path(stage, "autograded", it.assignment, it.student))
         if new is None:
             continue
         try:
             sub = gb.find_submission(it.assignment, it.student)
         except MissingEntry:
             continue
-        old = _cells(s.course / "autograded" / it.student / it.assignment / f"{it.assignment}.ipynb")
+        old = _cells(course.notebook_path(s.course, "autograded", it.assignment, it.student))
         for nb in sub.notebooks:
             answers = {c.name for c in nb.notebook.solution_cells}
             for g in nb.grades:

@@ -33,6 +33,7 @@ from pathlib import Path
 import nbformat
 import nh3
 
+from . import course
 from .cells import meta as _meta
 from .cells import source as _src
 
@@ -335,12 +336,12 @@ def clean_feedback_notebook(nb, source=None, *, reveal_hidden: bool = False,
 def clean_autograded(items, s) -> None:
     """Rewrite each graded submission's autograded notebook as the student may see it."""
     for a in s.names:
-        src = s.course / "source" / a / f"{a}.ipynb"
+        src = course.notebook_path(s.course, "source", a)
         source = nbformat.read(src, as_version=4) if src.exists() else None
         for it in items:
             if it.assignment != a or it.status != "graded":
                 continue
-            path = s.course / "autograded" / it.student / a / f"{a}.ipynb"
+            path = course.notebook_path(s.course, "autograded", a, it.student)
             if path.exists():
                 nb = nbformat.read(path, as_version=4)
                 nbformat.write(clean_feedback_notebook(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import nbformat
 
-from . import manifest, scan, similarity
+from . import course, manifest, scan, similarity
 
 
 def in_order() -> list:
@@ -36,7 +36,7 @@ def in_order() -> list:
 
 
 def _course_nb(s, folder: str, a: str):
-    path = s.course / folder / a / f"{a}.ipynb"
+    path = course.notebook_path(s.course, folder, a)
     return nbformat.read(path, as_version=4) if path.exists() else None
 
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import nbformat
 
+from . import course
+
 PENDING = "manual_pending"
 
 
@@ -51,7 +53,7 @@ def answer_cells(gb, assignment: str) -> list:
 
 
 def _answer_text(root: Path, student: str, assignment: str, grade_id: str) -> str:
-    path = root / "autograded" / student / assignment / f"{assignment}.ipynb"
+    path = course.notebook_path(root, "autograded", assignment, student)
     if not path.exists():
         return ""
     nb = nbformat.read(path, as_version=4)

@@ -40,7 +40,7 @@ def term_course(s) -> None:
     rewrites its nbgrader_config.py and releases the assignments it grades that are new to the
     course or whose solution notebook changed."""
     def src(a):
-        p = s.course / "source" / a / f"{a}.ipynb"
+        p = course.notebook_path(s.course, "source", a)
         return p.read_bytes() if p.exists() else None
     before = {a: src(a) for a in s.names}
     course.make_course(s.course, list(s.names), db_url=s.db_url, timeout=s.limits.cell_timeout,

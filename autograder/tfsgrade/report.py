@@ -10,7 +10,7 @@ from pathlib import Path
 
 import matplotlib
 
-from . import manifest
+from . import course, manifest
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -95,7 +95,7 @@ def class_diagnoses(root: Path, items, names):
         graded = [it for it in items if it.assignment == a and it.status == "graded"]
         per_ex: dict = {}
         for it in graded:
-            path = Path(root) / "autograded" / it.student / a / f"{a}.ipynb"
+            path = course.notebook_path(root, "autograded", a, it.student)
             if not path.exists():
                 continue
             try:
