@@ -193,6 +193,29 @@ def test_progress_runs_the_checks_again():
     assert progress.strip_hidden("a\n### BEGIN HIDDEN TESTS\nb\n### END HIDDEN TESTS\nc") == "a\nc"
 
 
+def test_progress_checks_the_learners_own_function_behind_a_course_wrapper():
+    """10 rebinds flash_attention to a wrapper (functools.wraps) that trains through the
+    learner's FlashAttention; the table's checks of Exercise 2 still see the learner's loop,
+    so a broken FlashAttention does not show as a failed flash_attention."""
+    import functools
+
+    from tfscratch import checks, progress
+    chk = checks.notebook("01_attention")
+
+    def softmax(x, dim=-1):  # the learner's, right
+        e = (x - x.amax(dim, keepdim=True)).exp()
+        return e / e.sum(dim, keepdim=True)
+
+    @functools.wraps(softmax)
+    def wrapper(x, dim=-1):
+        return x.exp()  # what the wrapper routes to is broken
+    tests = [("test_a", 1, "chk.test_softmax_rows(softmax)")]
+    ns = {"chk": chk, "softmax_own": softmax, "softmax": wrapper}
+    assert progress.run_checks(tests, ns)[0]["status"] == "passed"
+    del ns["softmax_own"]   # a wrapper of something not bound in the notebook is the exercise
+    assert progress.run_checks(tests, ns)[0]["status"] == "failed"
+
+
 def test_checks_catch_the_warnings_of_student_code():
     """The notebooks no longer silence warnings globally (a warning in a demo cell teaches);
     a test cell must stay silent, so every check runs with warnings caught."""

@@ -150,6 +150,7 @@ def collect(src: Path) -> Export | None:
         else:
             names += [n for n in defined if not n.startswith("_")]
         code.append((label, body))
+    names = list(dict.fromkeys(names))  # a later [export] cell may rebind a solution's name
     return Export(src, module, names, code, _title(cells), _setup_imports(cells, rel))
 
 
@@ -164,7 +165,7 @@ def collect_all(src_dir: Path) -> list[Export]:
             raise ExportError(f"{e.rel} and {other.rel} both export to {e.module!r}: "
                               "one module per source")
         for n in e.names:
-            if n in owner:
+            if n in owner and owner[n] is not e:  # one source may rebind its own name
                 raise ExportError(
                     f"{n!r} is exported by {owner[n].rel} and {e.rel}: one definition per "
                     f"name in {PACKAGE}. Mark the older solution cell `noexport` "

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -40,6 +41,16 @@ def _first_line(text: str, width: int = 160) -> str:
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
+def _as_written(ns) -> dict:
+    """A copy of `ns` in which a course wrapper of an exercise is replaced by the learner's own
+    function: 10 rebinds `flash_attention` to a wrapper (functools.wraps) that trains through
+    FlashAttention, and keeps the learner's loop bound as `flash_attention_forward`; the checks
+    of Exercise 2 are about that loop."""
+    own = {id(v) for v in ns.values() if isinstance(v, types.FunctionType)}
+    return {k: v.__wrapped__ if isinstance(v, types.FunctionType)
+            and id(getattr(v, "__wrapped__", None)) in own else v for k, v in ns.items()}
+
+
 def run_checks(tests, ns) -> list[dict]:
     """Run each visible test source in a copy of `ns`; one result per test:
     {grade_id, points, earned, status: passed | failed | not done, detail}."""
@@ -53,7 +64,7 @@ def run_checks(tests, ns) -> list[dict]:
             with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), \
                     warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                exec(code, dict(ns))  # a copy: a test cell's names do not leak into yours
+                exec(code, _as_written(ns))  # a copy: a test cell's names do not leak into yours
         except NotImplementedError as e:
             status, detail = "not done", _first_line(e) or "not implemented yet"
         except NameError as e:

@@ -35,6 +35,7 @@
 # `torch.maximum`, matrix products, `masked_fill`) is yours to use.
 
 # %% [setup] setup_imports
+import functools
 import math
 import os
 import time
@@ -639,6 +640,32 @@ plt.gca().set_xscale("log", base=2)
 # $L = 2048$; 52, 50 and 18 MiB at $L = 1024$).
 # It pays for that with arithmetic: the backward pass computes every block of scores again.
 #
+# **One function for both.** From here on, `flash_attention` trains with your backward pass:
+# when autograd is recording and an input needs a gradient, it hands the work to
+# `FlashAttention.apply`; otherwise (inference, `torch.no_grad()`) it runs your forward loop as
+# before. The course's exported `flash_attention` is this one. (The progress table at the end
+# still checks your own loop, which `functools.wraps` keeps in `flash_attention.__wrapped__`.)
+
+# %% [export]
+flash_attention_forward = flash_attention  # your Exercise 2 loop, kept for inference
+
+
+@functools.wraps(flash_attention_forward)  # your docstring; __wrapped__ is your loop
+def flash_attention(q, k, v, block_size=64, causal=False):
+    # with gradients: FlashAttention (saves O and the row log-sum-exp, recomputes the blocks)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        return FlashAttention.apply(q, k, v, block_size, causal)
+    return flash_attention_forward(q, k, v, block_size, causal)
+
+# %%
+q, k, v = (torch.randn(1, 2, 64, 16, requires_grad=True) for _ in range(3))
+trained = pick("FlashAttention", lambda: flash_attention, lambda: R.flash_attention,
+               check=lambda f: f(q, k, v, 16, True))
+print("training: output made by", type(trained(q, k, v, 16, True).grad_fn).__name__)
+with torch.no_grad():
+    print("inference: no graph, grad_fn =", trained(q, k, v, 16, True).grad_fn)
+
+# %% [markdown]
 # ### What a fused GPU kernel adds
 #
 # The code above shows the *algorithm*, not the speed. On a GPU, FlashAttention is fast because

@@ -6,11 +6,18 @@
 Exported from the solution cells of solutions/src/10_efficient_attention.py.
 """
 
+import functools
 import math
 
 import torch
 
-__all__ = ["naive_attention", "online_softmax", "flash_attention", "FlashAttention"]
+__all__ = [
+    "naive_attention",
+    "online_softmax",
+    "flash_attention",
+    "FlashAttention",
+    "flash_attention_forward",
+]
 
 
 def naive_attention(q, k, v, causal=False):
@@ -128,3 +135,14 @@ class FlashAttention(torch.autograd.Function):
             dq += (ds @ k_blk) * scale
             dk[..., start:end, :] = (ds.transpose(-2, -1) @ q) * scale
         return dq, dk, dv, None, None
+
+
+flash_attention_forward = flash_attention  # your Exercise 2 loop, kept for inference
+
+
+@functools.wraps(flash_attention_forward)  # your docstring; __wrapped__ is your loop
+def flash_attention(q, k, v, block_size=64, causal=False):
+    # with gradients: FlashAttention (saves O and the row log-sum-exp, recomputes the blocks)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        return FlashAttention.apply(q, k, v, block_size, causal)
+    return flash_attention_forward(q, k, v, block_size, causal)
