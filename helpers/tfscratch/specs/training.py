@@ -485,6 +485,15 @@ def _s(offset):
     return given(lambda g: int(torch.randint(0, 2**31 - 1, (1,), generator=g)) + offset, "a seed")
 
 
+def _resume(kind, diagnose, seed, steps, what):
+    """save_checkpoint or load_checkpoint: one probe, the next 6 losses of a resumed run bit for bit."""
+    name = f"{kind}_checkpoint"
+    gid = f"test_{name}_resume"
+    return Exercise(name, ref=f"training.{name}", diagnose=diagnose, graded=(Graded(gid, 1),),
+                    probes=[Probe("resume", (gid,), [_run(kind, seed, steps, 6)], atol=0.0, rtol=0.0,
+                                  what=f"{what}: the next 6 losses bit for bit")])
+
+
 EXERCISES = [
     Exercise("get_batch", ref="training.get_batch", diagnose=BATCH_DIAGNOSES,
              graded=(Graded("test_get_batch_shift", 1),
@@ -539,20 +548,10 @@ EXERCISES = [
               [_run("clip", _s(13), 2.0, 2.0), _run("clip", _s(14), 50.0, 0.5)],
               what="the norm before clipping is returned"),
     ]),
-    Exercise("save_checkpoint", ref="training.save_checkpoint", diagnose=SAVE_DIAGNOSES,
-             graded=(Graded("test_save_checkpoint_resume", 1),),
-             probes=[
-        Probe("resume", ("test_save_checkpoint_resume",), [_run("save", _s(15), 7, 6)],
-              atol=0.0, rtol=0.0,
-              what="saved after 7 AdamW steps, read back into a fresh model and optimizer: the next 6 losses bit for bit"),
-    ]),
-    Exercise("load_checkpoint", ref="training.load_checkpoint", diagnose=LOAD_DIAGNOSES,
-             graded=(Graded("test_load_checkpoint_resume", 1),),
-             probes=[
-        Probe("resume", ("test_load_checkpoint_resume",), [_run("load", _s(16), 5, 6)],
-              atol=0.0, rtol=0.0,
-              what="a checkpoint after 5 AdamW steps loaded into a fresh model and optimizer: the next 6 losses bit for bit"),
-    ]),
+    _resume("save", SAVE_DIAGNOSES, _s(15), 7,
+            "saved after 7 AdamW steps, read back into a fresh model and optimizer"),
+    _resume("load", LOAD_DIAGNOSES, _s(16), 5,
+            "a checkpoint after 5 AdamW steps loaded into a fresh model and optimizer"),
     Exercise("evaluate", ref="training.evaluate", diagnose=EVAL_DIAGNOSES,
              graded=(Graded("test_evaluate_loss", 2, hidden_seed=1205),
                      Graded("test_evaluate_mode", 1)),
