@@ -63,7 +63,7 @@ def release(out_dir: Path = course.NOTEBOOKS, names=None, log=print) -> list[Pat
         out_dir.mkdir(parents=True, exist_ok=True)
         written = []
         for a in names:
-            src = root / "release" / a / f"{a}.ipynb"
+            src = course.notebook_path(root, "release", a)
             dst = out_dir / f"{a}.ipynb"
             shutil.copyfile(src, dst)
             written.append(dst)

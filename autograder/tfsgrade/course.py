@@ -72,9 +72,9 @@ def make_course(root: Path, names: list[str], *, db_url: str | None = None,
         src = SOLUTIONS / f"{a}.ipynb"
         if not src.exists():
             raise FileNotFoundError(f"no solution notebook {src}")
-        dst = root / "source" / a
-        dst.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst / f"{a}.ipynb")
+        dst = notebook_path(root, "source", a)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
     return root
 
 
@@ -87,12 +87,19 @@ def _limit_memory(gb: float):
     return apply
 
 
-def notebook_path(root: Path, folder: str, assignment: str, student: str | None = None) -> Path:
+def notebook_path(root: Path, folder: str, assignment: str, student: str | None = None,
+                  suffix: str = ".ipynb") -> Path:
     """A notebook of an nbgrader course directory: `folder`/<assignment>/<assignment>.ipynb for
     source/ and release/, `folder`/<student>/<assignment>/<assignment>.ipynb for submitted/,
-    autograded/ and the like. The one place these paths are spelled."""
+    autograded/ and the like (suffix ".html" for feedback/). The one place these paths are
+    spelled."""
     base = Path(root) / folder / student if student is not None else Path(root) / folder
-    return base / assignment / f"{assignment}.ipynb"
+    return base / assignment / f"{assignment}{suffix}"
+
+
+def students_in(root: Path, folder: str) -> set[str]:
+    """The students who have a folder in `folder` (submitted/, autograded/, feedback/)."""
+    return {p.name for p in (Path(root) / folder).glob("*") if p.is_dir()}
 
 
 def run_nbgrader(root: Path, args: list[str], *, timeout: float | None = None,

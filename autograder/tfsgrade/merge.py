@@ -46,7 +46,7 @@ def term_course(s) -> None:
     course.make_course(s.course, list(s.names), db_url=s.db_url, timeout=s.limits.cell_timeout,
                        executed_elsewhere=True, extra=term.nbgrader_config(term.load(s.out)))
     todo = [a for a in s.names if before[a] != src(a)
-            or not (s.course / "release" / a / f"{a}.ipynb").exists()]
+            or not course.notebook_path(s.course, "release", a).exists()]
     if todo:
         course.generate(s.course, todo, reuse=True)
 
@@ -116,7 +116,7 @@ def merge(items, s) -> None:
         # (tfsgrade.sanitise): nbgrader derives autograded/ and feedback/ from this copy
         nb, notes = sanitise.notebook(nb)
         it.reasons += [f"shown safely: {n}" for n in notes]
-        dst = stage / "submitted" / it.student / it.assignment / f"{it.assignment}.ipynb"
+        dst = course.notebook_path(stage, "submitted", it.assignment, it.student)
         dst.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, dst)
         if it.submitted_at and it.time_known:     # nbgrader reads it into the submission

@@ -21,7 +21,7 @@ import uuid
 
 import nbformat
 
-from . import demos
+from . import course, demos
 from .cells import meta as _meta
 from .cells import same as _same
 
@@ -37,7 +37,7 @@ def _kind(m: dict) -> str | None:
 def template(course_root, a: str, db_url: str):
     """The released notebook with the gradebook's source text in every fixed cell."""
     from nbgrader.api import Gradebook, MissingEntry
-    nb = nbformat.read(course_root / "release" / a / f"{a}.ipynb", as_version=4)
+    nb = nbformat.read(course.notebook_path(course_root, "release", a), as_version=4)
     nb.metadata["tfsgrade_released"] = {_meta(c)["grade_id"]: c.source for c in nb.cells
                                         if _meta(c).get("grade_id")}
     nb.metadata["tfsgrade_demos"] = sorted(demos.demo_texts(nb))

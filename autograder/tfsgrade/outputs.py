@@ -198,7 +198,7 @@ def _nbgrader_outputs(out: Path, items, which, log) -> list:
     root = manual.course_root(out)
     graded = [it for it in items if it.status == "graded" and which != "none"
               and (which == "all" or (it.student, it.assignment) in which)]
-    everyone = {p.name for p in (root / "autograded").glob("*") if p.is_dir()}
+    everyone = course.students_in(root, "autograded")
     r = course.export_and_feedback(root, export=out / "nbgrader_export.csv", feedback=bool(graded),
                                    exclude=everyone - {it.student for it in graded},
                                    timeout=600 + 5 * len(graded))
@@ -213,7 +213,7 @@ def _feedback(out: Path, items, marks, which, graded) -> None:
     from . import hygiene, sanitise
     root = manual.course_root(out)
     for it in graded:
-        src = root / "feedback" / it.student / it.assignment / f"{it.assignment}.html"
+        src = course.notebook_path(root, "feedback", it.assignment, it.student, suffix=".html")
         dst = out / "feedback" / it.student / f"{it.assignment}.html"
         if not src.exists():
             it.reasons.append("feedback could not be generated")
