@@ -159,7 +159,7 @@ def test_the_probe_machine_imports_torch_numpy_and_the_standard_library_only(nam
     path = REPO / "helpers/tfscratch/specs" / name
     mods = {t for _, t in imports(path) if not (name == "vm.py" and t.startswith("tfscratch.specs.fixtures"))}
     assert {m.split(".")[0] for m in mods} <= {
-        "base64", "ctypes", "io", "json", "os", "resource", "sys", "traceback", "warnings",
+        "base64", "ctypes", "io", "json", "os", "resource", "sys", "traceback", "types", "warnings",
         "numpy", "torch", "IPython"}, mods   # ctypes: malloc_trim and mallopt
 
 

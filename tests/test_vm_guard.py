@@ -17,7 +17,9 @@ import concurrent.futures as cf
 import math
 import queue
 import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -448,3 +450,32 @@ def test_compiled_code_runs_through_the_guard():
     from torch.nn.attention.flex_attention import flex_attention
     error, _ = _run(("flash_attention",), lambda x: flex_attention(x[None], x[None], x[None])[0], X)
     assert error and error.startswith("ShortcutUsed:"), error
+
+
+@pytest.mark.slow     # a fresh interpreter, which loads torch.compile (seconds)
+def test_a_first_torch_compile_inside_the_exercise_is_honest():
+    """In a fresh process (as in the sandbox), where torch.compile was never loaded: an honest
+    softmax that torch.compile's its own helper inside the exercise earns every cell, because
+    the probe loads torch.compile first (its stance eager) when the learner's code names it.
+    Before, the first compile happened inside the probe, compiled past the guard, and voided
+    every cell of the exercise."""
+    code = ("import sys\nsys.path.insert(0, 'tests')\nimport catalogue\n"
+            "v = next(v for v in catalogue.modules()[0].VARIANTS if 'torch.compile' in v.description)\n"
+            "assert 'torch._dynamo' not in sys.modules\n"
+            "r = catalogue.independent('01_attention', 'softmax', v.code)\n"
+            "print(sorted((g, x.passed) for g, x in r.items()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=str(Path(__file__).resolve().parents[1]))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "False" not in out.stdout and "True" in out.stdout, out.stdout
+
+
+def test_the_probe_loads_torch_compile_only_for_code_that_names_it():
+    ns = {"__name__": "__main__"}
+    exec("import torch\ndef f(x):\n    return x.exp()\nclass M:\n    def forward(self, x):\n"
+         "        return x\n", ns)
+    assert not vm._names_compile(ns)
+    exec("class N:\n    @staticmethod\n    def go(x):\n        def inner(y):\n"
+         "            return torch.compile(lambda z: z)(y)\n        return inner(x)\n", ns)
+    assert vm._names_compile(ns)
+    assert not vm._names_compile({"__name__": "__main__", "nn": torch.nn, "Module": torch.nn.Module})

@@ -38,6 +38,7 @@ import json
 import os
 import sys
 import traceback
+import types
 import warnings
 
 import numpy as np
@@ -370,12 +371,13 @@ class _Guard:
     `strict` (the grading sandbox), whether a process of the student's ran meanwhile (it would
     be out of every rule here: the guard, the memory measure)."""
 
-    def __init__(self, forbid=None, strict: bool = False):
+    def __init__(self, forbid=None, strict: bool = False, preload_compile: bool = False):
         if forbid is not None and not isinstance(forbid, dict):   # never a silent empty guard
             raise TypeError("a plan's forbid is {group: [label, aten operators, Python functions]}")
         self.forbid = {g: (row[0], tuple(row[1]), tuple(row[2])) for g, row in (forbid or {}).items()}
         self.groups = list(self.forbid)
         self.strict = strict
+        self.preload_compile = preload_compile
         self.trips, self.swapped, self.lib, self.stance = [], [], None, None
         self.problem = None
 
@@ -408,6 +410,8 @@ class _Guard:
                         self.swapped.append((fn, fn.__code__, fn.__kwdefaults__))
                         fn.__code__ = _refused.__code__
                         fn.__kwdefaults__ = {"_tfs_refuse": self._refuser(name, label)}
+        if self.preload_compile:   # so that a first torch.compile in the probe runs eagerly too
+            __import__("torch._dynamo")
         self.stance, self.compiled = _force_eager(), _compiled()
         self.table = self._table()
 
@@ -477,6 +481,32 @@ class _Guard:
             self.stance.__exit__(None, None, None)
             self.stance = None
         return False
+
+
+def _names_compile(namespace: dict) -> bool:
+    """Whether a function or class of the namespace names `compile` in its code (torch.compile
+    called inside an exercise). Then torch.compile is loaded before the guard, so its stance is
+    eager from the start and a first torch.compile inside the probe runs through the guard
+    instead of compiling past it (which would void the check: an honest student's loss). Only
+    the loading depends on this; code that hides the name meets the refusal, as before."""
+    own = namespace.get("__name__")   # the learner's own definitions only (None: an exec dict)
+    seen, todo = set(), list(namespace.values())
+    while todo:
+        v = todo.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, type) and v.__dict__.get("__module__") == own:
+            todo += list(vars(v).values())
+        elif isinstance(v, (staticmethod, classmethod, property)):
+            todo += [getattr(v, a, None) for a in ("__func__", "fget", "fset")]
+        elif isinstance(v, types.FunctionType) and v.__module__ == own:
+            todo.append(v.__code__)
+        elif isinstance(v, types.CodeType):
+            if "compile" in v.co_names:
+                return True
+            todo += [c for c in v.co_consts if isinstance(c, types.CodeType)]
+    return False
 
 
 def _force_eager():
@@ -747,7 +777,8 @@ def run_plan(plan: dict, namespace: dict, tensors: dict | None = None, emit=None
     target = namespace.get(plan["target"])
     guarded = bool(plan.get("forbid")) or any(c.get("memory_limit") for p in plan["probes"]
                                               for c in p.get("calls", []))
-    with _Guard(plan.get("forbid"), strict=strict and guarded) as guard:
+    with _Guard(plan.get("forbid"), strict=strict and guarded,
+                preload_compile=_names_compile(namespace)) as guard:
         for probe in plan["probes"]:
             if target is None:
                 c, m = {}, {f"{probe['name']}.error": f"NameError: {plan['target']!r} is not defined"}
