@@ -81,14 +81,15 @@ def affine(x):
 
 SPEC = '''"""Spec of {name}: one entry per exercise, one Probe per behaviour (see ../README.md,
 "Adding an exercise's spec"). The engine finds this module by its ASSIGNMENT."""
-from .engine import Exercise, Graded, Probe, call, like, randn
+from .engine import Exercise, Probe, call, grades, like, randn
 
 ASSIGNMENT = "{name}"
 
 EXERCISES = [
     Exercise("affine", ref="{module}.affine",
-             # the test cells `# %% [tests] affine` becomes: id, points, the hidden check's seed
-             graded=(Graded("test_affine_values", 2, hidden_seed=4242),),
+             # the test cells `# %% [tests] affine` becomes: test_affine_values, 2 points, the
+             # hidden check's seed (grades(values=2) for a cell without hidden tests)
+             graded=grades(values=(2, 4242)),
              diagnose=[
         # each known mistake once, as the formula it computes
         like("you returned 2x: the + 1 is missing (2x + 1 sends 0 to 1).", lambda x: 2 * x),
@@ -97,7 +98,7 @@ EXERCISES = [
         like("you subtracted 1: the sign of the constant is +.", lambda x: 2 * x - 1),
         like("you squared x: the map is 2x + 1, not x**2 + 1.", lambda x: x * x + 1),
     ], probes=[
-        Probe("values", ("test_affine_values",), [call(randn(3, 4)), call(randn(2, 3, 5))],
+        Probe("values", ("values",), [call(randn(3, 4)), call(randn(2, 3, 5))],
               what="(3, 4) and (2, 3, 5) tensors"),
     ]),
 ]

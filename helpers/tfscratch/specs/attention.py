@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 
-from .engine import Exercise, Graded, Probe, batch, call, given, like, part, randn, shapes, when
+from .engine import Exercise, Probe, batch, call, given, grades, like, part, randn, shapes, when
 
 
 def _rows_apart(g):
@@ -98,49 +98,43 @@ _QKV4 = (randn(2, 3, 5, 8), randn(2, 3, 6, 8), randn(2, 3, 6, 2))   # two batch 
 
 EXERCISES = [
     Exercise("softmax", ref="attention.softmax", shortcuts=("softmax",),
-             graded=(Graded("test_softmax_rows", 1), Graded("test_softmax_dim", 1),
-                     Graded("test_softmax_stable", 2), Graded("test_softmax_gradient", 1),
-                     Graded("test_softmax_random", 2, hidden_seed=9173)),
+             graded=grades(rows=1, dim=1, stable=2, gradient=1, random=(2, 9173)),
              diagnose=SOFTMAX_DIAGNOSES, probes=[
-        Probe("rows", ("test_softmax_rows", "test_softmax_random"),
+        Probe("rows", ("rows", "random"),
               [call(randn(5, 5, scale=3.0)), call(randn(6, 9, scale=3.0))],
               what="softmax along the last axis of random (5, 5) and (6, 9) inputs"),
-        Probe("random", ("test_softmax_random",),
+        Probe("random", ("random",),
               [call(randn(7, 13, scale=60.0)), call(randn(3, 5, 11, scale=60.0), dim=0),
                call(randn(17, scale=60.0))],
               what="random logits x60 of other shapes and axes"),
-        Probe("dim", ("test_softmax_dim", "test_softmax_random"),
+        Probe("dim", ("dim", "random"),
               [call(randn(3, 4, 5), dim=d) for d in (0, 1, -2)] + [call(randn(2, 3, 6, 4), dim=1)],
               what="softmax along dim=0, 1, -2 of 3-D and 4-D inputs"),
-        Probe("stable", ("test_softmax_stable",),
+        Probe("stable", ("stable",),
               [call(given(_rows_apart, "rows near -300 and +900")),
                call(randn(6, 3, scale=500.0), dim=0)],
               what="logits far apart (rows near -300 and +900, columns x500)"),
-        Probe("gradient", ("test_softmax_gradient",),
+        Probe("gradient", ("gradient",),
               [call(randn(5, 8), grad=(0,), backward=randn(5, 8))],
               what="the gradient for a random upstream gradient"),
     ]),
     Exercise("scaled_dot_product_attention", ref="masks.scaled_dot_product_attention",
-             graded=(Graded("test_scaled_dot_product_attention_shapes", 1),
-                     Graded("test_scaled_dot_product_attention_weights", 2),
-                     Graded("test_scaled_dot_product_attention_output", 2),
-                     Graded("test_scaled_dot_product_attention_batch_axes", 1),
-                     Graded("test_scaled_dot_product_attention_random", 2, hidden_seed=4242)),
+             graded=grades(shapes=1, weights=2, output=2, batch_axes=1, random=(2, 4242)),
              shortcuts=("attention",), diagnose=ATTENTION_DIAGNOSES, probes=[
-        Probe("shapes", (shapes("test_scaled_dot_product_attention_shapes"),
-                         "test_scaled_dot_product_attention_random"),
+        Probe("shapes", (shapes("shapes"),
+                         "random"),
               [call(randn(3, 4, 8), randn(3, 7, 8), randn(3, 7, 5))],
               what="Lq=4, Lk=7, d_k=8, d_v=5"),
-        Probe("weights", ("test_scaled_dot_product_attention_weights",
-                          "test_scaled_dot_product_attention_output",
-                          "test_scaled_dot_product_attention_random"),
+        Probe("weights", ("weights",
+                          "output",
+                          "random"),
               [call(randn(2, 6, 32, scale=2.0), randn(2, 9, 32), randn(2, 9, 3))],
               what="d_k=32 with large scores"),
-        Probe("batch axes", (batch("test_scaled_dot_product_attention_batch_axes"),),
+        Probe("batch axes", (batch("batch_axes"),),
               [call(randn(5, 16), randn(11, 16), randn(11, 4)),
                call(*_QKV4), call(*(part(t, 1, 2) for t in _QKV4))],
               what="no batch axis, two batch axes, and one element of that batch on its own"),
-        Probe("gradient", ("test_scaled_dot_product_attention_output",),
+        Probe("gradient", ("output",),
               [call(randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 6), grad=(0, 1, 2),
                     backward=randn(2, 3, 6), backward_of="0")],
               what="gradients of q, k, v"),

@@ -23,8 +23,8 @@ import re
 import numpy as np
 import torch
 
-from .engine import (ATOL, RTOL, Exercise, Graded, Probe, compare_key, call, ctor, given, like, randn,
-                     shapes, when)
+from .engine import (ATOL, Exercise, Probe, RTOL, call, compare_key, ctor, given, grades, like,
+                     randn, shapes, when)
 
 
 # -- inputs ---------------------------------------------------------------------------------
@@ -546,7 +546,7 @@ def _pm(nf):
 
 def _enc_matches(nf, B, L, d, H, d_ff, name):
     x, m = _pad_pair(B, L, d)
-    return Probe(f"{name} {_pm(nf)}", ("test_EncoderLayer_matches_torch",),
+    return Probe(f"{name} {_pm(nf)}", ("matches_torch",),
                  [call(x, m)], make=ctor(d, H, d_ff, norm_first=nf), load=_REF, mode="eval",
                  what=f"{_pm(nf)} (norm_first={nf}), d_model={d}, n_heads={H}, d_ff={d_ff}, "
                       f"with a padding mask")
@@ -555,7 +555,7 @@ def _enc_matches(nf, B, L, d, H, d_ff, name):
 def _enc_padding(nf):
     B, L, d, H, d_ff = 2, 7, 16, 4, 32
     x, m = _pad_pair(B, L, d)
-    return Probe(f"padding {_pm(nf)}", ("test_EncoderLayer_padding",),
+    return Probe(f"padding {_pm(nf)}", ("padding",),
                  [call(x, m), call(_x(B, L, d), _decoder_mask(B, L)), call(_x(B, L, d), _causal(L)),
                   call(_x(1, 4, d), None)],
                  make=ctor(d, H, d_ff, norm_first=nf), load=_REF, mode="eval",
@@ -566,7 +566,7 @@ def _enc_padding(nf):
 def _dec_matches(nf, B, Lt, Ls, d, H, d_ff, batch_tgt, name):
     mem, sm = _pad_pair(B, Ls, d)
     tm = _causal_b(B, Lt) if batch_tgt else _causal(Lt)
-    return Probe(f"{name} {_pm(nf)}", ("test_DecoderLayer_matches_torch",),
+    return Probe(f"{name} {_pm(nf)}", ("matches_torch",),
                  [call(_x(B, Lt, d), mem, sm, tm)], make=ctor(d, H, d_ff, norm_first=nf),
                  load=_REF, mode="eval",
                  what=f"{_pm(nf)} (norm_first={nf}), Lt={Lt}, Ls={Ls}, d_model={d}, n_heads={H}, "
@@ -576,7 +576,7 @@ def _dec_matches(nf, B, Lt, Ls, d, H, d_ff, batch_tgt, name):
 
 def _enc_stack(nf, n, B, L, d, H, d_ff, name):
     x, m = _pad_pair(B, L, d)
-    return Probe(f"{name} {_pm(nf)}", ("test_Encoder_matches_torch",), [call(x, m)],
+    return Probe(f"{name} {_pm(nf)}", ("matches_torch",), [call(x, m)],
                  make=ctor(n, d, H, d_ff, norm_first=nf), load=_REF, mode="eval",
                  atol=_STACK_ATOL,
                  what=f"{n} layers, {_pm(nf)} (norm_first={nf}), d_model={d}, n_heads={H}, "
@@ -586,7 +586,7 @@ def _enc_stack(nf, n, B, L, d, H, d_ff, name):
 def _dec_stack(nf, n, B, Lt, Ls, d, H, d_ff, batch_tgt, name):
     mem, sm = _pad_pair(B, Ls, d)
     tm = _causal_b(B, Lt) if batch_tgt else _causal(Lt)
-    return Probe(f"{name} {_pm(nf)}", ("test_Decoder_matches_torch",),
+    return Probe(f"{name} {_pm(nf)}", ("matches_torch",),
                  [call(_x(B, Lt, d), mem, sm, tm)], make=ctor(n, d, H, d_ff, norm_first=nf),
                  load=_REF, mode="eval", atol=_STACK_ATOL,
                  what=f"{n} layers, {_pm(nf)} (norm_first={nf}), Lt={Lt}, Ls={Ls}, d_model={d}, "
@@ -609,7 +609,7 @@ def _dec_same_lengths(nf, name, cells, n=None):
 def _structure(name: str, *inputs) -> list:
     """The stack's structure with 3 and 1 layers: its parameters, and n_layers distinct layers
     in an nn.ModuleList with a final norm (Encoder and Decoder alike)."""
-    cell = f"test_{name}_structure"
+    cell = "structure"
     return [*[_params(ctor(n, 16, 4, 32), cell, f"{name}({n}, 16, 4, 32)", n) for n in (3, 1)],
             *[Probe(f"structure {n}", (shapes(cell),), [call(*inputs)],
                     make=ctor(n, 16, 4, 32), load=_REF, params=True, mode="eval", atol=_STACK_ATOL,
@@ -620,42 +620,37 @@ def _structure(name: str, *inputs) -> list:
 
 EXERCISES = [
     Exercise("FeedForward", ref="blocks.FeedForward", shortcuts=_SC, diagnose=FF_DIAGNOSES,
-             graded=(Graded("test_FeedForward_structure", 1),
-                     Graded("test_FeedForward_values", 2, hidden_seed=3131),
-                     Graded("test_FeedForward_dropout", 1)),
+             graded=grades(structure=1, values=(2, 3131), dropout=1),
              probes=[
-        _params(ctor(8, 20), "test_FeedForward_structure", "FeedForward(8, 20)"),
-        Probe("structure", (shapes("test_FeedForward_structure"),), [call(_x(2, 5, 8))],
+        _params(ctor(8, 20), "structure", "FeedForward(8, 20)"),
+        Probe("structure", (shapes("structure"),), [call(_x(2, 5, 8))],
               make=ctor(8, 20), load=_REF, params=True,
               what="FeedForward(8, 20): linear1, linear2 with biases, on x (2, 5, 8)"),
-        Probe("values", ("test_FeedForward_values",),
+        Probe("values", ("values",),
               [call(_x(3, 7, 12, scale=2.0)), call(randn(9, 12)), call(_x(1, 1, 12))],
               make=ctor(12, 50), load=_REF, mode="eval",
               what="FeedForward(12, 50) on (3, 7, 12), (9, 12) and (1, 1, 12) inputs"),
-        Probe("narrow", ("test_FeedForward_values",), [call(randn(2, 3, 4, 20, scale=2.0))],
+        Probe("narrow", ("values",), [call(randn(2, 3, 4, 20, scale=2.0))],
               make=ctor(20, 8), load=_REF, mode="eval",
               what="FeedForward(20, 8) (d_ff < d_model) on a 4-D input"),
-        Probe("dropout eval", ("test_FeedForward_dropout",),
+        Probe("dropout eval", ("dropout",),
               [call(_twins(6, 8)), call(_x(3, 6, 8)), call(_x(2, 4, 8))],
               make=ctor(8, 32, dropout=0.5), load=_REF, mode="eval",
               what="eval mode with dropout=0.5 (dropout must be off): two identical rows, "
                    "and random inputs"),
-        Probe("dropout train", ("test_FeedForward_dropout",), [call(_twins(6, 8))],
+        Probe("dropout train", ("dropout",), [call(_twins(6, 8))],
               make=ctor(8, 32, dropout=0.5), load=_REF, mode="train",
               compare=_dropout_active(0.5, "apply nn.Dropout(dropout) to the hidden activations"),
               what="train mode with dropout=0.5"),
-        Probe("no dropout train", ("test_FeedForward_dropout",), [call(_x(3, 6, 8))],
+        Probe("no dropout train", ("dropout",), [call(_x(3, 6, 8))],
               make=ctor(8, 24), load=_REF, mode="train",
               what="train mode with the default dropout=0.0"),
     ]),
     Exercise("EncoderLayer", ref="blocks.EncoderLayer", shortcuts=_SC,
-             graded=(Graded("test_EncoderLayer_structure", 1),
-                     Graded("test_EncoderLayer_matches_torch", 3, hidden_seed=4711),
-                     Graded("test_EncoderLayer_padding", 1),
-                     Graded("test_EncoderLayer_dropout", 1)),
+             graded=grades(structure=1, matches_torch=(3, 4711), padding=1, dropout=1),
              diagnose=ENC_LAYER_DIAGNOSES, probes=[
-        _params(ctor(16, 4, 40), "test_EncoderLayer_structure", "EncoderLayer(16, 4, 40)"),
-        Probe("structure", (shapes("test_EncoderLayer_structure"),), [call(_x(2, 5, 16))],
+        _params(ctor(16, 4, 40), "structure", "EncoderLayer(16, 4, 40)"),
+        Probe("structure", (shapes("structure"),), [call(_x(2, 5, 16))],
               make=ctor(16, 4, 40), load=_REF, params=True, mode="eval",
               what="EncoderLayer(16, 4, 40): self_attn, ff, norm1, norm2, on x (2, 5, 16)"),
         _enc_matches(False, 3, 9, 24, 6, 40, "large"),
@@ -664,16 +659,16 @@ EXERCISES = [
         _enc_matches(True, 2, 6, 12, 3, 20, "small"),
         _enc_padding(False),
         _enc_padding(True),
-        Probe("fully masked row", ("test_EncoderLayer_padding",),
+        Probe("fully masked row", ("padding",),
               [call(_x(2, 5, 16), _with_dead_row(2, 5, 1, 2))],
               make=ctor(16, 4, 32, norm_first=True), load=_REF, mode="eval",
               compare=_skip_rows([(1, 2)]),
               what="a (B, L, L) src_mask with a fully masked query row"),
-        *[Probe(f"dropout eval {_pm(nf)}", ("test_EncoderLayer_dropout",),
+        *[Probe(f"dropout eval {_pm(nf)}", ("dropout",),
                 [call(*_pad_pair(2, 5, 16)), call(_x(2, 5, 16)), call(_twins(5, 16))],
                 make=ctor(16, 2, 32, dropout=0.3, norm_first=nf), load=_REF, mode="eval",
                 what=f"{_pm(nf)} in eval mode with dropout=0.3") for nf in (False, True)],
-        *[Probe(f"dropout train {_pm(nf)}", ("test_EncoderLayer_dropout",),
+        *[Probe(f"dropout train {_pm(nf)}", ("dropout",),
                 [call(_twins(5, 16))],
                 make=ctor(16, 2, 32, dropout=0.3, norm_first=nf), load=_REF, mode="train",
                 compare=_dropout_active(0.3, "pass it to the attention and the feed-forward "
@@ -681,13 +676,10 @@ EXERCISES = [
                 what=f"{_pm(nf)} in train mode with dropout=0.3") for nf in (False, True)],
     ]),
     Exercise("DecoderLayer", ref="blocks.DecoderLayer", shortcuts=_SC,
-             graded=(Graded("test_DecoderLayer_structure", 1),
-                     Graded("test_DecoderLayer_matches_torch", 3, hidden_seed=8128),
-                     Graded("test_DecoderLayer_causal", 1), Graded("test_DecoderLayer_memory", 1),
-                     Graded("test_DecoderLayer_dropout", 1)),
+             graded=grades(structure=1, matches_torch=(3, 8128), causal=1, memory=1, dropout=1),
              diagnose=DEC_LAYER_DIAGNOSES, probes=[
-        _params(ctor(16, 4, 40), "test_DecoderLayer_structure", "DecoderLayer(16, 4, 40)"),
-        Probe("structure", (shapes("test_DecoderLayer_structure"),), [call(_x(2, 5, 16), _x(2, 7, 16))],
+        _params(ctor(16, 4, 40), "structure", "DecoderLayer(16, 4, 40)"),
+        Probe("structure", (shapes("structure"),), [call(_x(2, 5, 16), _x(2, 7, 16))],
               make=ctor(16, 4, 40), load=_REF, params=True, mode="eval",
               what="DecoderLayer(16, 4, 40): self_attn, cross_attn, ff, norm1..3, on x (2, 5, 16) "
                    "and memory (2, 7, 16)"),
@@ -695,27 +687,27 @@ EXERCISES = [
         _dec_matches(True, 3, 6, 4, 24, 6, 40, False, "large"),
         _dec_matches(False, 2, 5, 8, 12, 2, 20, True, "small"),
         _dec_matches(True, 2, 5, 8, 12, 2, 20, True, "small"),
-        *[Probe(f"causal {_pm(nf)}", ("test_DecoderLayer_causal",),
+        *[Probe(f"causal {_pm(nf)}", ("causal",),
                 [call(_x(2, 6, 16), _x(2, 4, 16), None, _causal(6)),
                  call(_x(2, 6, 16), _x(2, 4, 16), None, _causal_b(2, 6))],
                 make=ctor(16, 4, 32, norm_first=nf), load=_REF, mode="eval",
                 what=f"{_pm(nf)} with a causal tgt_mask (Lt, Lt) and (B, Lt, Lt), no src_mask")
           for nf in (False, True)],
-        *[_dec_same_lengths(nf, "same lengths", ("test_DecoderLayer_causal",
-                                                 "test_DecoderLayer_memory"))
+        *[_dec_same_lengths(nf, "same lengths", ("causal",
+                                                 "memory"))
           for nf in (False, True)],
-        *[Probe(f"memory {_pm(nf)}", ("test_DecoderLayer_memory",),
+        *[Probe(f"memory {_pm(nf)}", ("memory",),
                 [call(_x(2, 5, 16), *_pad_pair(2, 6, 16)), call(_x(1, 3, 16), _x(1, 5, 16))],
                 make=ctor(16, 4, 32, norm_first=nf), load=_REF, mode="eval",
                 what=f"{_pm(nf)}: memory with large values at padded positions and a padded "
                      "src_mask, no tgt_mask; and no masks at all")
           for nf in (False, True)],
-        *[Probe(f"dropout eval {_pm(nf)}", ("test_DecoderLayer_dropout",),
+        *[Probe(f"dropout eval {_pm(nf)}", ("dropout",),
                 [call(_x(2, 4, 16), *_pad_pair(2, 5, 16), _causal(4)),
                  call(_x(2, 4, 16), _x(2, 5, 16)), call(_twins(4, 16), _twins(5, 16))],
                 make=ctor(16, 2, 32, dropout=0.3, norm_first=nf), load=_REF, mode="eval",
                 what=f"{_pm(nf)} in eval mode with dropout=0.3") for nf in (False, True)],
-        *[Probe(f"dropout train {_pm(nf)}", ("test_DecoderLayer_dropout",),
+        *[Probe(f"dropout train {_pm(nf)}", ("dropout",),
                 [call(_twins(4, 16), _twins(5, 16))],
                 make=ctor(16, 2, 32, dropout=0.3, norm_first=nf), load=_REF, mode="train",
                 compare=_dropout_active(0.3, "pass it to the attentions and the feed-forward "
@@ -723,48 +715,44 @@ EXERCISES = [
                 what=f"{_pm(nf)} in train mode with dropout=0.3") for nf in (False, True)],
     ]),
     Exercise("Encoder", ref="blocks.Encoder", shortcuts=_SC, diagnose=ENC_DIAGNOSES,
-             graded=(Graded("test_Encoder_structure", 1),
-                     Graded("test_Encoder_matches_torch", 3, hidden_seed=2024),
-                     Graded("test_Encoder_padding_dropout", 1)),
+             graded=grades(structure=1, matches_torch=(3, 2024), padding_dropout=1),
              probes=[
         *_structure("Encoder", _x(2, 5, 16)),
         _enc_stack(False, 3, 3, 7, 24, 6, 40, "deep"),
         _enc_stack(True, 3, 3, 7, 24, 6, 40, "deep"),
         _enc_stack(False, 1, 1, 5, 12, 2, 20, "one layer"),
         _enc_stack(True, 2, 2, 6, 12, 2, 20, "two layers"),
-        *[Probe(f"padding eval {_pm(nf)}", ("test_Encoder_padding_dropout",),
+        *[Probe(f"padding eval {_pm(nf)}", ("padding_dropout",),
                 [call(*_pad_pair(2, 6, 16)), call(_x(2, 6, 16), _causal(6))],
                 make=ctor(2, 16, 4, 32, dropout=0.3, norm_first=nf), load=_REF, mode="eval",
                 atol=_STACK_ATOL,
                 what=f"{_pm(nf)} in eval mode with dropout=0.3: a padding mask with large padded "
                      "values, and an (L, L) mask")
           for nf in (False, True)],
-        *[Probe(f"dropout train {_pm(nf)}", ("test_Encoder_padding_dropout",),
+        *[Probe(f"dropout train {_pm(nf)}", ("padding_dropout",),
                 [call(_twins(6, 16))],
                 make=ctor(2, 16, 4, 32, dropout=0.3, norm_first=nf), load=_REF, mode="train",
                 compare=_dropout_active(0.3, "pass dropout on to every layer"),
                 what=f"{_pm(nf)} in train mode with dropout=0.3") for nf in (False, True)],
     ]),
     Exercise("Decoder", ref="blocks.Decoder", shortcuts=_SC, diagnose=DEC_DIAGNOSES,
-             graded=(Graded("test_Decoder_structure", 1),
-                     Graded("test_Decoder_matches_torch", 3, hidden_seed=9901),
-                     Graded("test_Decoder_causal_memory", 1)),
+             graded=grades(structure=1, matches_torch=(3, 9901), causal_memory=1),
              probes=[
         *_structure("Decoder", _x(2, 5, 16), _x(2, 7, 16)),
         _dec_stack(False, 3, 3, 6, 4, 24, 6, 40, False, "deep"),
         _dec_stack(True, 3, 3, 6, 4, 24, 6, 40, True, "deep"),
         _dec_stack(False, 2, 2, 5, 7, 16, 4, 32, True, "two layers"),
         _dec_stack(True, 1, 1, 7, 3, 12, 2, 20, False, "one layer"),
-        *[_dec_same_lengths(nf, "same lengths", ("test_Decoder_causal_memory",), n=2)
+        *[_dec_same_lengths(nf, "same lengths", ("causal_memory",), n=2)
           for nf in (False, True)],
-        *[Probe(f"eval dropout {_pm(nf)}", ("test_Decoder_causal_memory",),
+        *[Probe(f"eval dropout {_pm(nf)}", ("causal_memory",),
                 [call(_x(2, 5, 16), *_pad_pair(2, 6, 16), _causal_b(2, 5)),
                  call(_x(2, 5, 16), _x(2, 6, 16), None, _causal(5))],
                 make=ctor(2, 16, 4, 32, dropout=0.3, norm_first=nf), load=_REF, mode="eval",
                 atol=_STACK_ATOL,
                 what=f"{_pm(nf)} in eval mode with dropout=0.3: causal tgt_mask, padded memory")
           for nf in (False, True)],
-        *[Probe(f"dropout train {_pm(nf)}", ("test_Decoder_causal_memory",),
+        *[Probe(f"dropout train {_pm(nf)}", ("causal_memory",),
                 [call(_twins(5, 16), _twins(6, 16), None, _causal(5))],
                 make=ctor(2, 16, 4, 32, dropout=0.3, norm_first=nf), load=_REF, mode="train",
                 compare=_dropout_active(0.3, "pass dropout on to every layer"),

@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from . import engine, vm
-from .engine import (Diagnosis, Exercise, Graded, Probe, call, ctor, fixture, given, like, prev, randint,
-                     randn, shapes, when)
+from .engine import (Diagnosis, Exercise, Probe, call, ctor, fixture, given, grades, like, prev,
+                     randint, randn, shapes, when)
 from .transformer import _Seeded
 
 ASSIGNMENT = "08_decoder_only"
@@ -258,7 +258,6 @@ def said(find, probes=()) -> Diagnosis:
 
 # -- next_token_loss --------------------------------------------------------------------------
 
-N = "test_next_token_loss"
 
 
 def _ce(logits, targets, ignore_id=None):
@@ -344,23 +343,21 @@ LOSS_DIAGNOSES = [
 ]
 
 NEXT_TOKEN_LOSS = Exercise("next_token_loss", ref="decoder_only.next_token_loss",
-                           graded=(Graded("test_next_token_loss_seed_tables", 1),
-                                   Graded("test_next_token_loss_ignore_id", 1),
-                                   Graded("test_next_token_loss_random", 2, hidden_seed=4301)),
+                           graded=grades(seed_tables=1, ignore_id=1, random=(2, 4301)),
                            diagnose=LOSS_DIAGNOSES, probes=[
-    Probe("seed tables", (f"{N}_seed_tables",),
+    Probe("seed tables", ("seed_tables",),
           [call(randn(2, 6, 5, scale=2.0), _fixed(SEED_TOKENS, "seed 001's two sentences"),
                 grad=(0,), backward=_scalar()),
            call(randn(2, 6, 5, scale=2.0), _fixed([r[::-1] for r in SEED_TOKENS], "reversed"),
                 grad=(0,), backward=_scalar(0.5))],
           atol=1e-5, rtol=1e-4,
           what="seed 001's two sentences: the value and its gradient with respect to the logits"),
-    Probe("ignore id", (f"{N}_ignore_id",),
+    Probe("ignore id", ("ignore_id",),
           [call(randn(3, 7, 10), _padded(3, 7, 10, 0, [5, 7, 2]), ignore_id=0),
            call(randn(4, 6, 9), _padded(4, 6, 9, 3, [6, 2, 4, 5]), ignore_id=3),
            call(randn(2, 5, 6), _padded(2, 5, 6, 0, [5, 5]), ignore_id=0)],
           what="padded rows of different lengths with ignore_id 0 and 3, and ignore_id absent"),
-    Probe("random", (f"{N}_random",),
+    Probe("random", ("random",),
           [call(randn(2, 7, 11, scale=3.0), randint(0, 11, 2, 7)),
            call(randn(3, 2, 5, scale=3.0), randint(0, 5, 3, 2)),
            call(randn(1, 13, 29, scale=3.0), _with_ignored(1, 13, 29, 0), ignore_id=0),
@@ -372,7 +369,6 @@ NEXT_TOKEN_LOSS = Exercise("next_token_loss", ref="decoder_only.next_token_loss"
 
 # -- CausalSelfAttention ----------------------------------------------------------------------
 
-A = "test_CausalSelfAttention"
 
 
 def _attn(name, d, h, calls, cells, what, dropout=None, **kw):
@@ -480,33 +476,30 @@ ATTENTION_DIAGNOSES = [
 ]
 
 CAUSAL_SELF_ATTENTION = Exercise("CausalSelfAttention", ref="decoder_only.CausalSelfAttention",
-                                 graded=(Graded("test_CausalSelfAttention_shapes", 1),
-                                         Graded("test_CausalSelfAttention_matches_torch", 2, hidden_seed=8117),
-                                         Graded("test_CausalSelfAttention_cache", 2, hidden_seed=9773)),
+                                 graded=grades(shapes=1, matches_torch=(2, 8117), cache=(2, 9773)),
                                  shortcuts=("attention", "multihead"),
                                  diagnose=ATTENTION_DIAGNOSES, probes=[
-    _attn("shapes", 12, 3, _chunks(2, 12, (5, 2)), (shapes(f"{A}_shapes"),),
+    _attn("shapes", 12, 3, _chunks(2, 12, (5, 2)), (shapes("shapes"),),
           "shapes: 5 tokens, then 2 more with the cache (3 heads of size 4)", params=True),
-    _attn("torch 1", 16, 4, [call(randn(2, 6, 16))], (f"{A}_matches_torch",),
+    _attn("torch 1", 16, 4, [call(randn(2, 6, 16))], ("matches_torch",),
           "no cache: (2, 6, 16), 4 heads"),
     _attn("torch 2", 24, 3, [call(randn(3, 9, 24)), call(randn(1, 1, 24))],
-          (f"{A}_matches_torch",), "no cache: (3, 9, 24) with 3 heads, and a single token"),
-    _attn("torch 3", 32, 8, [call(randn(2, 13, 32))], (f"{A}_matches_torch",),
+          ("matches_torch",), "no cache: (3, 9, 24) with 3 heads, and a single token"),
+    _attn("torch 3", 32, 8, [call(randn(2, 13, 32))], ("matches_torch",),
           "eval mode with dropout=0.3: (2, 13, 32), 8 heads", dropout=0.3),
-    _attn("torch 4", 10, 1, [call(randn(4, 5, 10))], (f"{A}_matches_torch",),
+    _attn("torch 4", 10, 1, [call(randn(4, 5, 10))], ("matches_torch",),
           "one head: (4, 5, 10)"),
-    _attn("cache 1", 16, 4, _chunks(2, 16, (4, 1, 2, 1)), (f"{A}_cache",),
+    _attn("cache 1", 16, 4, _chunks(2, 16, (4, 1, 2, 1)), ("cache",),
           "cache: a prefix of 4, then chunks of 1, 2 and 1 tokens"),
-    _attn("cache 2", 24, 6, _chunks(3, 24, (1, 1, 1, 5, 3)), (f"{A}_cache",),
+    _attn("cache 2", 24, 6, _chunks(3, 24, (1, 1, 1, 5, 3)), ("cache",),
           "cache: chunks of 1, 1, 1, 5 and 3 tokens, 6 heads"),
-    _attn("cache 3", 12, 3, _chunks(2, 12, (3, 4, 1)), (f"{A}_cache",),
+    _attn("cache 3", 12, 3, _chunks(2, 12, (3, 4, 1)), ("cache",),
           "cache: chunks of 3, 4 and 1 tokens"),
 ])
 
 
 # -- DecoderOnlyLM ----------------------------------------------------------------------------
 
-M = "test_DecoderOnlyLM"
 
 
 def _model(cells, name, V, D, H, L, Fd, calls, what, dropout=None, max_len=64, **kw):
@@ -636,44 +629,41 @@ LM_DIAGNOSES = [
 ]
 
 DECODER_ONLY_LM = Exercise("DecoderOnlyLM", ref="decoder_only.DecoderOnlyLM",
-                           graded=(Graded("test_DecoderOnlyLM_shapes", 1),
-                                   Graded("test_DecoderOnlyLM_causal", 2),
-                                   Graded("test_DecoderOnlyLM_matches_torch", 2, hidden_seed=5150),
-                                   Graded("test_DecoderOnlyLM_kv_cache", 3, hidden_seed=6021)),
+                           graded=grades(shapes=1, causal=2, matches_torch=(2, 5150),
+                                         kv_cache=(3, 6021)),
                            shortcuts=("attention", "multihead", "transformer"),
                            diagnose=LM_DIAGNOSES, probes=[
-    _model((shapes(f"{M}_shapes"),), "shapes", 13, 16, 4, 2, 32,
+    _model((shapes("shapes"),), "shapes", 13, 16, 4, 2, 32,
            [call(randint(0, 13, 2, 7)), call(randint(0, 13, 2, 7), use_cache=True)],
            "logits (2, 7, 13), then (logits, cache) with use_cache=True; the parameters (every "
            "layer, each LayerNorm and lm_head with their own weights)", params=True),
-    _model((shapes(f"{M}_shapes"), f"{M}_causal"), "three layers", 9, 8, 2, 3, 16,
+    _model((shapes("shapes"), "causal"), "three layers", 9, 8, 2, 3, 16,
            [call(randint(0, 9, 3, 5))],
            "three layers: the parameters of every block are its own", params=True),
-    _model((f"{M}_causal",), "causal", 11, 16, 2, 2, 32,
+    _model(("causal",), "causal", 11, 16, 2, 2, 32,
            [call(randint(0, 11, 2, 9)), call(randint(0, 11, 1, 4))],
            "tokens (2, 9) and (1, 4): embeddings x sqrt(d_model) + positions, pre-norm causal "
            "blocks, final norm, lm_head"),
-    _model((f"{M}_matches_torch",), "torch 1", 13, 16, 4, 2, 32, [call(randint(0, 13, 2, 7))],
+    _model(("matches_torch",), "torch 1", 13, 16, 4, 2, 32, [call(randint(0, 13, 2, 7))],
            "DecoderOnlyLM(13, 16, 4, 2, 32) on (2, 7)"),
-    _model((f"{M}_matches_torch",), "torch 2", 7, 24, 3, 3, 40, [call(randint(0, 7, 3, 11))],
+    _model(("matches_torch",), "torch 2", 7, 24, 3, 3, 40, [call(randint(0, 7, 3, 11))],
            "DecoderOnlyLM(7, 24, 3, 3, 40) on (3, 11)"),
-    _model((f"{M}_matches_torch",), "torch 3", 31, 8, 2, 1, 16, [call(randint(0, 31, 1, 1))],
+    _model(("matches_torch",), "torch 3", 31, 8, 2, 1, 16, [call(randint(0, 31, 1, 1))],
            "one layer, one token"),
-    _model((f"{M}_matches_torch",), "torch 4", 19, 32, 8, 2, 64, [call(randint(0, 19, 2, 20))],
+    _model(("matches_torch",), "torch 4", 19, 32, 8, 2, 64, [call(randint(0, 19, 2, 20))],
            "eval mode with dropout=0.25, (2, 20)", dropout=0.25),
-    _model((f"{M}_kv_cache",), "cache 1", 13, 16, 4, 2, 32, _cached(2, 13, (4, 1, 1, 3, 1)),
+    _model(("kv_cache",), "cache 1", 13, 16, 4, 2, 32, _cached(2, 13, (4, 1, 1, 3, 1)),
            "a prompt of 4, then cached chunks of 1, 1, 3 and 1 tokens (positions continue "
            "after the cache)", params=True),
-    _model((f"{M}_kv_cache",), "cache 2", 9, 24, 6, 3, 48, _cached(3, 9, (1, 1, 5, 1, 2)),
+    _model(("kv_cache",), "cache 2", 9, 24, 6, 3, 48, _cached(3, 9, (1, 1, 5, 1, 2)),
            "three layers, chunks of 1, 1, 5, 1 and 2 tokens"),
-    _model((f"{M}_kv_cache",), "cache 3", 21, 8, 2, 1, 12, _cached(1, 21, (7, 1, 1)),
+    _model(("kv_cache",), "cache 3", 21, 8, 2, 1, 12, _cached(1, 21, (7, 1, 1)),
            "one layer, a prompt of 7 then two single tokens"),
 ])
 
 
 # -- generate ---------------------------------------------------------------------------------
 
-GEN = "test_generate"
 _SAMPLES = 12000
 
 
@@ -867,16 +857,14 @@ GENERATE_DIAGNOSES = [
 ]
 
 GENERATE = Exercise("generate", ref="decoder_only.generate", diagnose=GENERATE_DIAGNOSES,
-                    graded=(Graded("test_generate_greedy_cache", 3, hidden_seed=3907),
-                            Graded("test_generate_greedy_equivalents", 1),
-                            Graded("test_generate_sampling", 2), Graded("test_generate_eos", 2)),
+                    graded=grades(greedy_cache=(3, 3907), greedy_equivalents=1, sampling=2, eos=2),
                     probes=[
-    Probe("greedy", (f"{GEN}_greedy_cache",),
+    Probe("greedy", ("greedy_cache",),
           [_greedy(17, 801, 2, 4, 12), _greedy(17, 802, 3, 5, 17), _greedy(9, 803, 1, 1, 30),
            _greedy(17, 804, 4, 9, 6)],
           what="temperature=0 (greedy) on a stand-in model, use_cache=False; the prompt is "
                "left unchanged"),
-    Probe("greedy equivalents", (f"{GEN}_greedy_equivalents",),
+    Probe("greedy equivalents", ("greedy_equivalents",),
           [_greedy(17, 805, 3, 3, 10), _greedy(17, 805, 3, 3, 10, top_k=5),
            call(_lm(17, 8, 805), randint(0, 17, 3, 3), 10, temperature=1.0, top_k=1,
                 use_cache=False),
@@ -884,41 +872,41 @@ GENERATE = Exercise("generate", ref="decoder_only.generate", diagnose=GENERATE_D
                 use_cache=False)],
           what="greedy decoding three ways: temperature=0, temperature=0 with top_k=5, and "
                "top_k=1 at temperature 1.0 and 1.7"),
-    Probe("sampling hot", (f"{GEN}_sampling",), [_sample(8, 811, 2.0, None)],
+    Probe("sampling hot", ("sampling",), [_sample(8, 811, 2.0, None)],
           compare=_frequencies(8), what=f"one token sampled for {_SAMPLES} identical prompts at "
                                        "temperature 2.0"),
-    Probe("sampling cold", (f"{GEN}_sampling",), [_sample(8, 812, 0.25, None)],
+    Probe("sampling cold", ("sampling",), [_sample(8, 812, 0.25, None)],
           compare=_frequencies(8), what="temperature 0.25"),
-    Probe("sampling top-k 3", (f"{GEN}_sampling",), [_sample(8, 813, 0.5, 3)],
+    Probe("sampling top-k 3", ("sampling",), [_sample(8, 813, 0.5, 3)],
           compare=_frequencies(8, 3), what="top_k=3 at temperature 0.5"),
-    Probe("sampling top-k 5", (f"{GEN}_sampling",), [_sample(8, 814, 0.3, 5)],
+    Probe("sampling top-k 5", ("sampling",), [_sample(8, 814, 0.3, 5)],
           compare=_frequencies(8, 5), what="top_k=5 at temperature 0.3"),
-    Probe("sampling top-k 2", (f"{GEN}_sampling",),
+    Probe("sampling top-k 2", ("sampling",),
           [call(_unigram(8, 815), _same_prompt(_SAMPLES, 8), 1, temperature=1.0, top_k=2,
                 use_cache=False)],
           compare=_frequencies(8, 2), what="top_k=2 at temperature 1.0 (two tokens, sampled)"),
-    Probe("sampling top-k, small batch", (f"{GEN}_sampling",),
+    Probe("sampling top-k, small batch", ("sampling",),
           [call(_unigram(8, 816), randint(0, 8, 3, 2), 1500, temperature=1.0, top_k=6,
                 use_cache=False)],
           compare=_frequencies_all(8, 2, 6),
           what="top_k=6 of 8 logits with a batch of 3 rows, 1500 sampled steps (a model whose "
                "logits are the same at every step)"),
-    Probe("eos", (f"{GEN}_eos",), [_eos_case(3, 821, 48, 3, 12, 2, 16)],
+    Probe("eos", ("eos",), [_eos_case(3, 821, 48, 3, 12, 2, 16)],
           compare=_eos_rules(3, 12, 2, 16),
           what="48 sampled rows with eos_id=2, 16 of whose prompts already hold it"),
-    Probe("eos zero", (f"{GEN}_eos",), [_eos_case(3, 822, 48, 3, 12, 0, 16)],
+    Probe("eos zero", ("eos",), [_eos_case(3, 822, 48, 3, 12, 0, 16)],
           compare=_eos_rules(3, 12, 0, 16),
           what="eos_id=0 (an id like any other), 16 prompts holding it"),
-    Probe("eos greedy", (f"{GEN}_eos",),
+    Probe("eos greedy", ("eos",),
           [_greedy(5, 823, 6, 3, 10, eos_id=4), _greedy(5, 824, 6, 3, 10, eos_id=0),
            _greedy(5, 825, 3, 3, 6), _greedy(5, 827, 2, 7, 10, eos_id=1),
            _greedy(5, 828, 9, 2, 10, eos_id=3)],
           what="greedy with eos_id 4 and 0, eos_id=None (exactly max_new_tokens), and batch sizes "
                "smaller and larger than the prompt length (2 x 7, 9 x 2)"),
-    Probe("eos batch", (f"{GEN}_eos",), [_eos_case(3, 826, 20, 11, 12, 1, 10)],
+    Probe("eos batch", ("eos",), [_eos_case(3, 826, 20, 11, 12, 1, 10)],
           compare=_eos_rules(11, 12, 1, 10),
           what="20 sampled rows of prompts of length 11 with eos_id=1, 10 of them holding it"),
-    Probe("max_len", (f"{GEN}_greedy_cache",),
+    Probe("max_len", ("greedy_cache",),
           [call(_unigram(8, 829, max_len=12), randint(0, 8, 2, 4), 8, temperature=0.0,
                 use_cache=False),
            call(_unigram(8, 830, max_len=12), randint(0, 8, 3, 5), 7, temperature=1.0,
@@ -944,8 +932,8 @@ def _generator_values() -> bool:
 
 def _shared_fixtures() -> bool:
     f = fixture("toy_lm", 3, 2)
-    ex = Exercise("probe", ref="decoder_only.generate", graded=(Graded("test_probe_c", 1),),
-                  probes=[Probe("p", ("test_probe_c",), [call(f), call(f)])])
+    ex = Exercise("probe", ref="decoder_only.generate", graded=grades(c=1),
+                  probes=[Probe("p", ("c",), [call(f), call(f)])])
     plan, tensors = engine.build_plan(ex, 0)
     a, b = (c["args"][0].get("load", {}) for c in plan["probes"][0]["calls"])
     return bool(a) and a.keys() == b.keys() and all(
@@ -973,8 +961,8 @@ if "toy_cache_lm" in vm.FIXTURES:
         return call(_Seeded(base, "toy_cache_lm", 17, 8), randint(0, 17, B, T0), n,
                     temperature=0.0, keep=(1,), **kw)
 
-    GENERATE.probes.append(Probe(
-        "greedy with the cache", (f"{GEN}_greedy_cache",),
+    GENERATE.add(Probe(
+        "greedy with the cache", ("greedy_cache",),
         [_cached_greedy(841, 2, 4, 12), _cached_greedy(842, 3, 5, 17), _cached_greedy(843, 1, 1, 30),
          _cached_greedy(844, 4, 9, 6), _cached_greedy(845, 2, 4, 12, use_cache=False),
          _cached_greedy(846, 3, 2, 9, eos_id=3)],
@@ -984,8 +972,8 @@ if "toy_cache_lm" in vm.FIXTURES:
 
 if _generator_values() and _shared_fixtures():
     _M = _lm(8, 8, 851)
-    GENERATE.probes.append(Probe(
-        "generator", (f"{GEN}_sampling",),
+    GENERATE.add(Probe(
+        "generator", ("sampling",),
         [call(_M, _fixed([[0]] * 64, "64 prompts [0]"), 3, temperature=1.0, use_cache=False,
               generator={"$generator": s}) for s in (7, 7, 8)],
         compare=_reproducible,

@@ -271,6 +271,14 @@ class Graded:
     hidden_seed: int | None = None
 
 
+def grades(**cells) -> tuple:
+    """An exercise's graded cells in the notebook's order, by the part of their id after
+    `test_<exercise>_`: `grades(values=2, sizes=1, random=(2, 5150))` is the cells
+    test_<exercise>_values (2 points), ..._sizes (1) and ..._random (2, with hidden tests at seed
+    5150). Probes name the same short ids in `cells=`."""
+    return tuple(Graded(short, *(p if isinstance(p, tuple) else (p,))) for short, p in cells.items())
+
+
 @dataclass
 class Exercise:
     """One exercise of a notebook: its graded cells, the probes that back them, the known
@@ -286,6 +294,7 @@ class Exercise:
                                  # in every probe, the kernel's guard, the grader's scan
 
     def __post_init__(self):
+        self._full_ids()
         ids = [g.id for g in self.graded]
         backed = {str(c) for p in self.probes for c in p.cells}
         if len(set(ids)) != len(ids) or set(ids) != backed:
@@ -294,6 +303,20 @@ class Exercise:
         bad = [i for i in ids if not i.startswith(f"test_{self.name}_")]
         if bad:
             raise ValueError(f"{self.name}: graded cell ids start with test_{self.name}_: {bad}")
+
+    def _full_ids(self) -> None:
+        """Short cell ids (`values`, as `grades(...)` and probes may write them) become
+        `test_<exercise>_values`: the notebook's grade ids, which every other part reads."""
+        def full(c: str) -> str:
+            return c if c.startswith("test_") else f"test_{self.name}_{c}"
+        self.graded = tuple(Graded(full(g.id), g.points, g.hidden_seed) for g in self.graded)
+        for p in self.probes:
+            p.cells = tuple(_cell(full(c), c.compares) for c in p.cells)
+
+    def add(self, probe: "Probe") -> None:
+        """A probe added after the entry is built (one that needs an optional fixture)."""
+        self.probes.append(probe)
+        self._full_ids()
 
     def reference(self):
         mod, _, obj = self.ref.rpartition(".")

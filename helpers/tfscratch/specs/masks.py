@@ -22,8 +22,8 @@ import math
 import numpy as np
 import torch
 
-from .engine import (DeadRows, Exercise, Graded, Input, Probe, call, given, like, randn, sample, shapes,
-                     when)
+from .engine import (DeadRows, Exercise, Input, Probe, call, given, grades, like, randn, sample,
+                     shapes, when)
 
 # the weights (the second output): the reference's fully masked rows are all zeros
 DEAD_ROWS = DeadRows(".out.1", "zeros",
@@ -359,87 +359,74 @@ ATTENTION_DIAGNOSES = CRASHES + [
 
 # -- the table ------------------------------------------------------------------------------
 
-_PAD_CELLS = ("test_make_padding_mask_values", "test_make_padding_mask_in_attention")
-_DEC_CELLS = ("test_make_decoder_mask_values", "test_make_decoder_mask_in_attention")
-_SDPA = "test_scaled_dot_product_attention_"
+_PAD_CELLS = ("values", "in_attention")
+_DEC_CELLS = ("values", "in_attention")
 
 EXERCISES = [
     Exercise("make_padding_mask", ref="masks.make_padding_mask",
-             graded=(Graded("test_make_padding_mask_shape", 1),
-                     Graded("test_make_padding_mask_values", 2),
-                     Graded("test_make_padding_mask_in_attention", 2, hidden_seed=8121)),
+             graded=grades(shape=1, values=2, in_attention=(2, 8121)),
              diagnose=PADDING_DIAGNOSES, probes=[
-        Probe("shape", (shapes("test_make_padding_mask_shape"),),
+        Probe("shape", (shapes("shape"),),
               [call(_tokens(3, 7, 0)), call(_tokens(5, 2, 0))],
               what="(B, L) tokens with B != L -> (B, 1, L) boolean"),
         Probe("values", _PAD_CELLS,
               [call(_tokens(4, 9, 0)), call(_tokens(3, 6, 3), pad_id=3),
                call(_tokens(4, 5, 7), 7)],
               what="left, right and inner padding, pad_id=0, 3 and 7 (real ids below pad_id)"),
-        Probe("batches", ("test_make_padding_mask_in_attention",),
+        Probe("batches", ("in_attention",),
               [call(_tokens(5, 11, 0)), call(_tokens(4, 4, 1), pad_id=1),
                call(_tokens(1, 8, 0)), call(_tokens(6, 3, 13), pad_id=13)],
               what="other batch sizes and lengths, B == L included"),
     ]),
     Exercise("make_causal_mask", ref="masks.make_causal_mask",
-             graded=(Graded("test_make_causal_mask_values", 2),
-                     Graded("test_make_causal_mask_sizes", 1),
-                     Graded("test_make_causal_mask_device", 1),
-                     Graded("test_make_causal_mask_in_attention", 1, hidden_seed=5150)),
+             graded=grades(values=2, sizes=1, device=1, in_attention=(1, 5150)),
              diagnose=CAUSAL_DIAGNOSES, probes=[
-        Probe("values", ("test_make_causal_mask_values",), [call(5), call(6)],
+        Probe("values", ("values",), [call(5), call(6)],
               what="sizes 5 and 6: lower triangle with the diagonal"),
-        Probe("sizes", (shapes("test_make_causal_mask_sizes"), "test_make_causal_mask_in_attention"),
+        Probe("sizes", (shapes("sizes"), "in_attention"),
               [call(n) for n in (1, 2, 3, 9, 17, 33)],
               what="sizes 1, 2, 3, 9, 17 and 33"),
-        Probe("device", (shapes("test_make_causal_mask_device"),),
+        Probe("device", (shapes("device"),),
               [call(4, device="cpu"), call(3, device=None), call(2, "cpu"),
                call(4, device="ipu", raises=True)],
               what="device='cpu', device=None, and device='ipu' (a device this machine lacks: "
                    "a mask created there fails, one that ignores `device` does not)"),
     ]),
     Exercise("make_decoder_mask", ref="masks.make_decoder_mask",
-             graded=(Graded("test_make_decoder_mask_shape", 1),
-                     Graded("test_make_decoder_mask_values", 2),
-                     Graded("test_make_decoder_mask_device", 1),
-                     Graded("test_make_decoder_mask_in_attention", 2, hidden_seed=2718)),
+             graded=grades(shape=1, values=2, device=1, in_attention=(2, 2718)),
              diagnose=DECODER_DIAGNOSES, probes=[
-        Probe("shape", (shapes("test_make_decoder_mask_shape"), shapes("test_make_decoder_mask_device")),
+        Probe("shape", (shapes("shape"), shapes("device")),
               [call(_tokens(4, 6, 0)), call(_tokens(2, 1, 0)), call(_tokens(3, 2, 5), pad_id=5)],
               what="(B, L) tokens with B != L, L = 1 and L = 2 -> (B, L, L) "
                                      "boolean"),
         Probe("values", _DEC_CELLS,
               [call(_tokens(4, 7, 0)), call(_tokens(3, 8, 2), pad_id=2), call(_tokens(3, 5, 6), 6)],
               what="causal AND key padding, left/right/inner padding, pad_id=0, 2 and 6"),
-        Probe("meta device", (shapes("test_make_decoder_mask_device"),),
+        Probe("meta device", (shapes("device"),),
               [call(_on_meta(_tokens(3, 5, 0)))],
               what="tokens on PyTorch's meta device (shapes, no values): the mask must be made "
                    "on the tokens' device, the causal part included"),
-        Probe("batches", ("test_make_decoder_mask_in_attention",),
+        Probe("batches", ("in_attention",),
               [call(_tokens(5, 10, 0)), call(_tokens(2, 2, 3), pad_id=3),
                call(_tokens(1, 12, 1), pad_id=1), call(_tokens(6, 6, 0))],
               what="other batch sizes and lengths, B == L included"),
     ]),
     Exercise("scaled_dot_product_attention", ref="masks.scaled_dot_product_attention",
-             graded=(Graded("test_scaled_dot_product_attention_no_mask", 1),
-                     Graded("test_scaled_dot_product_attention_masked_weights", 2),
-                     Graded("test_scaled_dot_product_attention_broadcast", 2),
-                     Graded("test_scaled_dot_product_attention_fully_masked", 2),
-                     Graded("test_scaled_dot_product_attention_padding", 1),
-                     Graded("test_scaled_dot_product_attention_random", 2, hidden_seed=6021)),
+             graded=grades(no_mask=1, masked_weights=2, broadcast=2, fully_masked=2, padding=1,
+                           random=(2, 6021)),
              shortcuts=("attention",), diagnose=ATTENTION_DIAGNOSES, probes=[
-        Probe("no mask", (_SDPA + "no_mask",),
+        Probe("no mask", ("no_mask",),
               [call(randn(2, 3, 4), randn(2, 5, 4), randn(2, 5, 6)),
                call(randn(2, 4, 8), randn(2, 7, 8), randn(2, 7, 3), mask=None),
                call(randn(2, 3, 5, 4), randn(2, 3, 6, 4), randn(2, 3, 6, 2))],
               what="mask omitted and mask=None, Lq != Lk, d_v != d_k, 3-D and 4-D"),
-        Probe("masked", (_SDPA + "masked_weights",),
+        Probe("masked", ("masked_weights",),
               [call(randn(2, 4, 8), randn(2, 6, 8), randn(2, 6, 5), _mask(2, 4, 6),
                     grad=(0, 1, 2), backward=randn(2, 4, 5), backward_of="0"),
                call(randn(3, 5, 16, scale=2.0), randn(3, 9, 16, scale=2.0), randn(3, 9, 4),
                     mask=_mask(3, 5, 9))],
               what="a (B, Lq, Lk) mask, large scores, and the gradients of q, k, v"),
-        Probe("broadcast", (_SDPA + "broadcast",),
+        Probe("broadcast", ("broadcast",),
               [call(randn(2, 4, 8), randn(2, 6, 8), randn(2, 6, 5), _mask(2, 1, 6)),
                call(randn(2, 4, 8), randn(2, 6, 8), randn(2, 6, 5), _mask(4, 6)),
                call(randn(2, 4, 8), randn(2, 6, 8), randn(2, 6, 5), _mask(2, 4, 6)),
@@ -450,7 +437,7 @@ EXERCISES = [
                call(randn(5, 8), randn(7, 8), randn(7, 3), _mask(5, 7))],
               what="masks (B, 1, Lk), (Lq, Lk), (B, Lq, Lk) on 3-D scores; (B, 1, 1, Lk), "
                    "(B, 1, Lq, Lk), (Lq, Lk), (B, H, Lq, Lk) on 4-D scores; no batch axis"),
-        Probe("fully masked", (_SDPA + "fully_masked",),
+        Probe("fully masked", ("fully_masked",),
               [call(randn(2, 3, 4), randn(2, 5, 4), _v(2, 5, 3),
                     _dead_mask((2, 3, 5), [(0, 1), (1, 2)]), grad=(0, 1, 2),
                     backward=_upstream((2, 3, 3), [(0, 1), (1, 2)]), backward_of="0"),
@@ -462,10 +449,10 @@ EXERCISES = [
               dead_rows=DEAD_ROWS,
               what="query rows with every key masked, and a sequence that is all padding "
                    "(forward and gradients finite)"),
-        Probe("padding", (_SDPA + "padding",),
+        Probe("padding", ("padding",),
               [call(*_pad_batch(3, 5, 8, 3)), call(*_pad_batch(4, 6, 16, 2))],
               what="self-attention over right-padded sequences whose pads hold large values"),
-        Probe("random", (_SDPA + "random",),
+        Probe("random", ("random",),
               [call(randn(3, 6, 16, scale=2.0), randn(3, 6, 16, scale=2.0), randn(3, 6, 4),
                     _causal(6, 6)),
                call(randn(2, 4, 5, 8, scale=2.0), randn(2, 4, 9, 8, scale=2.0),

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import torch
 
-from .engine import Exercise, Graded, Probe, call, fixture, given, shapes, when
+from .engine import Exercise, Probe, call, fixture, given, grades, shapes, when
 
 ASSIGNMENT = "12_training"
 
@@ -488,63 +488,57 @@ def _s(offset):
 def _resume(kind, diagnose, seed, steps, what):
     """save_checkpoint or load_checkpoint: one probe, the next 6 losses of a resumed run bit for bit."""
     name = f"{kind}_checkpoint"
-    gid = f"test_{name}_resume"
-    return Exercise(name, ref=f"training.{name}", diagnose=diagnose, graded=(Graded(gid, 1),),
-                    probes=[Probe("resume", (gid,), [_run(kind, seed, steps, 6)], atol=0.0, rtol=0.0,
-                                  what=f"{what}: the next 6 losses bit for bit")])
+    return Exercise(name, ref=f"training.{name}", diagnose=diagnose, graded=grades(resume=1),
+                    probes=[Probe("resume", ("resume",), [_run(kind, seed, steps, 6)], atol=0.0,
+                                  rtol=0.0, what=f"{what}: the next 6 losses bit for bit")])
 
 
 EXERCISES = [
     Exercise("get_batch", ref="training.get_batch", diagnose=BATCH_DIAGNOSES,
-             graded=(Graded("test_get_batch_shift", 1),
-                     Graded("test_get_batch_bounds", 1, hidden_seed=1201),
-                     Graded("test_get_batch_device", 1)),
+             graded=grades(shift=1, bounds=(1, 1201), device=1),
              probes=[
-        Probe("shift", ("test_get_batch_shift",),
+        Probe("shift", ("shift",),
               [_run("batch", _s(1), 200, 6, 12), _run("batch", _s(2), 50, 3, 7, numpy=True)],
               what="x a window of the data, y the same window one token on (a tensor and a NumPy array)"),
-        Probe("bounds", ("test_get_batch_bounds",),
+        Probe("bounds", ("bounds",),
               [_run("batch", _s(3), 20, 8, 15, calls=40), _run("batch", _s(4), 9, 4, 8, calls=10)],
               what="every start from 0 to len(data) - T - 1 drawn, none past the end; the generator followed"),
-        Probe("device", (shapes("test_get_batch_device"),),
+        Probe("device", (shapes("device"),),
               [_run("batch", _s(5), 40, 2, 5, device="meta")],
               what="x and y on the requested device (here 'meta'), LongTensors (B, T)"),
     ]),
     Exercise("AdamW", ref="training.AdamW", diagnose=ADAMW_DIAGNOSES, shortcuts=("adamw",),
-             graded=(Graded("test_AdamW_steps", 2, hidden_seed=1202),
-                     Graded("test_AdamW_weight_decay", 1)),
+             graded=grades(steps=(2, 1202), weight_decay=1),
              probes=[
-        Probe("steps", ("test_AdamW_steps",),
+        Probe("steps", ("steps",),
               [_run("optimizer", _s(6), 100, {}),
                _run("optimizer", _s(7), 60, {"lr": 3e-3, "betas": (0.8, 0.95), "eps": 1e-6, "weight_decay": 0.0})],
               what="100 steps on a small network, equal to torch.optim.AdamW (defaults; other betas and eps)"),
-        Probe("decay", ("test_AdamW_weight_decay",),
+        Probe("decay", ("weight_decay",),
               [_run("optimizer", _s(8), 25, {"lr": 0.05, "weight_decay": 0.5}),
                _run("optimizer", _s(9), 25, {"lr": 0.02, "betas": (0.9, 0.99), "weight_decay": 2.0})],
               what="strong weight decay: decoupled, before the update, scaled by lr"),
     ]),
     Exercise("cosine_schedule", ref="training.cosine_schedule", diagnose=SCHEDULE_DIAGNOSES,
-             graded=(Graded("test_cosine_schedule_warmup", 1),
-                     Graded("test_cosine_schedule_cosine", 1, hidden_seed=1203)),
+             graded=grades(warmup=1, cosine=(1, 1203)),
              shortcuts=("lr_scheduler",), probes=[
-        Probe("warmup", ("test_cosine_schedule_warmup",),
+        Probe("warmup", ("warmup",),
               [_run("schedule", [0, 1, 5, 9, 10, 11], 1e-3, 1e-4, 10, 100),
                _run("schedule", [0, 1, 2, 3, 4], 0.5, 0.0, 4, 8)],
               what="warm-up: 0 at step 0, max_lr at warmup_steps"),
-        Probe("cosine", ("test_cosine_schedule_cosine",),
+        Probe("cosine", ("cosine",),
               [_run("schedule", [10, 25, 55, 70, 99, 100, 101, 150, 1000], 1e-3, 1e-4, 10, 100),
                _run("schedule", list(range(0, 40)), 6e-4, 6e-5, 7, 31)],
               atol=1e-9, rtol=1e-7, what="cosine from max_lr to min_lr at cosine_steps, min_lr after"),
     ]),
     Exercise("clip_grad_norm", ref="training.clip_grad_norm", diagnose=CLIP_DIAGNOSES,
-             graded=(Graded("test_clip_grad_norm_values", 2, hidden_seed=1204),
-                     Graded("test_clip_grad_norm_returns", 1)),
+             graded=grades(values=(2, 1204), returns=1),
              shortcuts=("clip_grad_norm",), probes=[
-        Probe("values", ("test_clip_grad_norm_values",),
+        Probe("values", ("values",),
               [_run("clip", _s(10), 1.0, 1.0), _run("clip", _s(11), 100.0, 1.0),
                _run("clip", _s(12), 0.5, 3.0, as_generator=True)],
               what="one norm over every gradient; clipped when above max_norm only; a generator of parameters"),
-        Probe("returns", ("test_clip_grad_norm_returns",),
+        Probe("returns", ("returns",),
               [_run("clip", _s(13), 2.0, 2.0), _run("clip", _s(14), 50.0, 0.5)],
               what="the norm before clipping is returned"),
     ]),
@@ -553,15 +547,14 @@ EXERCISES = [
     _resume("load", LOAD_DIAGNOSES, _s(16), 5,
             "a checkpoint after 5 AdamW steps loaded into a fresh model and optimizer"),
     Exercise("evaluate", ref="training.evaluate", diagnose=EVAL_DIAGNOSES,
-             graded=(Graded("test_evaluate_loss", 2, hidden_seed=1205),
-                     Graded("test_evaluate_mode", 1)),
+             graded=grades(loss=(2, 1205), mode=1),
              probes=[
-        Probe("loss", ("test_evaluate_loss",),
+        Probe("loss", ("loss",),
               [_run("evaluate", _s(17), 11, 300, 9, 4), _run("evaluate", _s(18), 7, 101, 4, 32, tuple_out=True,
                                                           numpy=True),
                _run("evaluate", _s(19), 13, 64, 7, 3, train=False)],
               what="mean loss over non-overlapping windows and every predicted token; perplexity = exp(mean)"),
-        Probe("mode", ("test_evaluate_mode",),
+        Probe("mode", ("mode",),
               [_run("evaluate", _s(20), 9, 60, 5, 2, train=True), _run("evaluate", _s(21), 9, 60, 5, 2, train=False),
                call(fixture("toy_lm", 5, 4), [1, 2, 3], 3, raises=True)],
               what="the mode restored; fewer than T + 1 tokens raise ValueError"),

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from . import vm
-from .engine import Exercise, Graded, Probe, call, ctor, fixture, given, like, randn, shapes, when
+from .engine import Exercise, Probe, call, ctor, fixture, given, grades, like, randn, shapes, when
 
 ASSIGNMENT = "07_transformer"
 
@@ -264,9 +264,9 @@ TRANSFORMER_DIAGNOSES = [
 
 # -- the table --------------------------------------------------------------------------------
 
-T_SHAPES, T_INIT, T_EMB = "test_Transformer_shapes", "test_Transformer_init", "test_Transformer_embeddings"
-T_CAUSAL, T_PAD = "test_Transformer_causal", "test_Transformer_padding"
-T_TORCH, T_FIT = "test_Transformer_matches_torch", "test_Transformer_overfit"
+T_SHAPES, T_INIT, T_EMB = "shapes", "init", "embeddings"
+T_CAUSAL, T_PAD = "causal", "padding"
+T_TORCH, T_FIT = "matches_torch", "overfit"
 
 _INIT_WEIGHTS = ("src_embed.weight", "tgt_embed.weight", "generator.weight",
                  "encoder.layers.0.self_attn.w_q.weight", "encoder.layers.1.ff.linear1.weight",
@@ -288,13 +288,10 @@ def _forward_case(name, cells, V_s, V_t, d, H, n, d_ff, pad, norm_first=False, d
 _SRC, _SRC_MASK = _src_and_mask(3, 7, 11, 0, [7, 5, 3])
 
 TRANSFORMER = Exercise("Transformer", ref="transformer.Transformer", shortcuts=("transformer",),
-                       graded=(Graded("test_Transformer_shapes", 1),
-                               Graded("test_Transformer_init", 1),
-                               Graded("test_Transformer_embeddings", 2),
-                               Graded("test_Transformer_causal", 2, hidden_seed=3131),
-                               Graded("test_Transformer_padding", 2, hidden_seed=4711),
-                               Graded("test_Transformer_matches_torch", 3, hidden_seed=9090),
-                               Graded("test_Transformer_overfit", 2)),
+                       graded=grades(shapes=1, init=1, embeddings=2, causal=(2, 3131),
+                                     padding=(2, 4711),
+                                     matches_torch=(3, 9090),
+                                     overfit=2),
                        diagnose=TRANSFORMER_DIAGNOSES, probes=[
     Probe("parts", (shapes(T_SHAPES),),
           [call(_SRC, _SRC_MASK, method="encode"),
@@ -361,8 +358,8 @@ TRANSFORMER = Exercise("Transformer", ref="transformer.Transformer", shortcuts=(
 
 # -- teacher_forcing_loss ---------------------------------------------------------------------
 
-L_VALUE, L_PAD, L_GRAD = ("test_teacher_forcing_loss_value", "test_teacher_forcing_loss_padding",
-                          "test_teacher_forcing_loss_gradient")
+L_VALUE, L_PAD, L_GRAD = ("value", "padding",
+                          "gradient")
 
 
 def _pair(V, pad, src_lengths, tgt_lengths, Ls, Lt, zero_at=None):
@@ -435,9 +432,7 @@ TEACHER_FORCING_DIAGNOSES = [
 ]
 
 TEACHER_FORCING = Exercise("teacher_forcing_loss", ref="transformer.teacher_forcing_loss",
-                           graded=(Graded("test_teacher_forcing_loss_value", 2, hidden_seed=2024),
-                                   Graded("test_teacher_forcing_loss_padding", 1, hidden_seed=7707),
-                                   Graded("test_teacher_forcing_loss_gradient", 1)),
+                           graded=grades(value=(2, 2024), padding=(1, 7707), gradient=1),
                            shortcuts=("transformer",), diagnose=TEACHER_FORCING_DIAGNOSES, probes=[
     Probe("value", (L_VALUE,),
           [call(_toy(11, 16, 0, 701), *_pair(11, 0, [6, 4, 3], [7, 5, 3], 6, 7))],
@@ -459,7 +454,6 @@ TEACHER_FORCING = Exercise("teacher_forcing_loss", ref="transformer.teacher_forc
 
 # -- label_smoothing_cross_entropy ------------------------------------------------------------
 
-S = "test_label_smoothing_cross_entropy"
 
 
 def _targets(shape, V, ignore_index, n_ignored):
@@ -573,36 +567,32 @@ LABEL_SMOOTHING_DIAGNOSES = [
 ]
 
 LABEL_SMOOTHING = Exercise("label_smoothing_cross_entropy",
-                           graded=(Graded("test_label_smoothing_cross_entropy_value", 2, hidden_seed=1717),
-                                   Graded("test_label_smoothing_cross_entropy_ignore", 2),
-                                   Graded("test_label_smoothing_cross_entropy_shapes", 1),
-                                   Graded("test_label_smoothing_cross_entropy_stable", 1),
-                                   Graded("test_label_smoothing_cross_entropy_gradient", 1),
-                                   Graded("test_label_smoothing_cross_entropy_random", 1, hidden_seed=5150)),
+                           graded=grades(value=(2, 1717), ignore=2, shapes=1, stable=1, gradient=1,
+                                         random=(1, 5150)),
                            ref="transformer.label_smoothing_cross_entropy", shortcuts=("cross_entropy",),
                            diagnose=LABEL_SMOOTHING_DIAGNOSES, probes=[
-    Probe("value", (f"{S}_value",),
+    Probe("value", ("value",),
           [_ls((12,), 7, 0.1, 3, 2), _ls((2, 5), 9, 0.25, 0, 2), _ls((20,), 13, 0.1, 5, 3),
            _ls((3, 7), 4, 0.5, 1, 4), _ls((2, 2), 30, 0.05, 29, 1)],
           what="(N, V) and (B, L, V) logits, smoothing 0.05 to 0.5, ignore_index a real class id"),
-    Probe("ignore", (f"{S}_ignore",),
+    Probe("ignore", ("ignore",),
           [call(_ls_logits(False), _ls_target(False), 0.0),
            call(_ls_logits(False), _ls_target(False), 0.2),
            call(_ls_logits(True), _ls_target(True), 0.2),
            _ls((7,), 5, 0.3, -100, 6, default_ignore=True)],
           what="the default ignore_index=-100 (not a class id), smoothing 0 and 0.2, and 12 more "
                "ignored positions"),
-    Probe("shapes", (shapes(f"{S}_shapes"),),
+    Probe("shapes", (shapes("shapes"),),
           [_ls((4, 3), 6, 0.1, -100, 2), _ls((2, 5, 3), 7, 0.2, -100, 3), _ls((1, 1), 4, 0.1, -100, 0)],
           what="(B, L, V) logits (classes on the last axis), (B1, B2, L, V) and (1, 1, V)"),
-    Probe("stable", (f"{S}_stable",),
+    Probe("stable", ("stable",),
           [_ls((10,), 5, 0.1, -100, 1, scale=150.0), _ls((2, 4), 6, 0.3, 0, 1, scale=400.0)],
           what="logits of size 150 to 1000 (log_softmax, not log(softmax))"),
-    Probe("gradient", (f"{S}_gradient",),
+    Probe("gradient", ("gradient",),
           [_ls((2, 4), 6, 0.15, -100, 2, grad=(0,), backward=_scalar()),
            _ls((9,), 5, 0.4, 2, 2, grad=(0,), backward=_scalar(2.5))],
           atol=1e-5, rtol=1e-3, what="the gradient with respect to the logits"),
-    Probe("random", (f"{S}_random",),
+    Probe("random", ("random",),
           [_ls((6,), 5, 0.3, -100, 1), _ls((4, 9), 17, 0.2, -100, 6), _ls((33,), 3, 0.9, 2, 4),
            _ls((1, 5), 28, 0.0, 0, 2), _ls((2, 3), 6, 1.0, -1, 1),
            _ls((5, 4), 11, 0.15, 0, 3, dtype="float64")],
@@ -612,8 +602,8 @@ LABEL_SMOOTHING = Exercise("label_smoothing_cross_entropy",
 
 # -- greedy_decode ----------------------------------------------------------------------------
 
-G_SCRIPT, G_MAX, G_REF = ("test_greedy_decode_scripted", "test_greedy_decode_max_len",
-                          "test_greedy_decode_matches_reference")
+G_SCRIPT, G_MAX, G_REF = ("scripted", "max_len",
+                          "matches_reference")
 
 # The stand-in models: vocabulary 6, d=8, BOS 1. Their base weights (seeds 26 and 39) were
 # chosen so that, whatever the run's perturbation and sources, rows tend to end with the EOS
@@ -763,9 +753,7 @@ GREEDY_DIAGNOSES = [
 ]
 
 GREEDY = Exercise("greedy_decode", ref="transformer.greedy_decode", shortcuts=("transformer",),
-                  graded=(Graded("test_greedy_decode_scripted", 2, hidden_seed=7349),
-                          Graded("test_greedy_decode_max_len", 1, hidden_seed=5501),
-                          Graded("test_greedy_decode_matches_reference", 2, hidden_seed=7790)),
+                  graded=grades(scripted=(2, 7349), max_len=(1, 5501), matches_reference=(2, 7790)),
                   diagnose=GREEDY_DIAGNOSES, probes=[
     Probe("batch", (G_SCRIPT, G_REF),
           [_greedy(base, eos, pad, 10, 9) for base, eos, pad in _MODELS],
@@ -786,7 +774,7 @@ GREEDY = Exercise("greedy_decode", ref="transformer.greedy_decode", shortcuts=("
 # the probe machine has it): decoding without the source padding mask, or without the causal
 # mask, then gives other tokens. `toy_seq2seq` ignores masks, so only this one sees them.
 if "toy_seq2seq_masked" in vm.FIXTURES:
-    GREEDY.probes.append(Probe(
+    GREEDY.add(Probe(
         "masks", (G_REF,),
         [call(_Seeded(base, "toy_seq2seq_masked", 7, 8, pad), _sources(10, 6, pad, V=7), 8, 1, 2)
          for base, pad in ((51, 0), (52, 3), (53, 0), (54, 5))],
