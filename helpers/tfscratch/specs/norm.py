@@ -166,23 +166,29 @@ def _np64(t):
     return t.detach().double().numpy() if isinstance(t, torch.Tensor) else np.asarray(t, float)
 
 
-def _gap(e, fn):
-    """The largest |student - fn| over the calls where fn gives a tensor (inf: none)."""
+def _formula(e, fn):
+    """[(call index, fn's result)] for the calls of the failing probe that fn applies to
+    (fn(ref, *args) for a probe that constructs a module)."""
     ref = e.ref() if e.pd.get("make") is not None else None
-    worst = None
+    out = []
     for ci in range(len(e.pd["calls"])):
-        g = e.out(ci)
         try:
             args, kwargs = e.args(ci)
             with torch.no_grad():
                 r = fn(ref, *args, **kwargs) if ref is not None else fn(*args, **kwargs)
         except Exception:  # noqa: BLE001 - the formula does not apply to this call
             continue
-        if g is None or r is None or np.shape(g) != tuple(r.shape):
-            continue
-        d = float(np.nan_to_num(np.abs(np.asarray(g, float) - _np64(r)), nan=np.inf).max(initial=0))
-        worst = d if worst is None else max(worst, d)
-    return np.inf if worst is None else worst
+        if r is not None:
+            out.append((ci, r))
+    return out
+
+
+def _gap(e, fn):
+    """The largest |student - fn| over the calls where fn gives a tensor (inf: none)."""
+    gaps = [float(np.nan_to_num(np.abs(np.asarray(g, float) - _np64(r)), nan=np.inf).max(initial=0))
+            for ci, r in _formula(e, fn)
+            if (g := e.out(ci)) is not None and np.shape(g) == tuple(r.shape)]
+    return max(gaps) if gaps else np.inf
 
 
 def mistake(message, fn, probes=(), rivals=()):
@@ -200,19 +206,7 @@ def mistake(message, fn, probes=(), rivals=()):
 
 def _results(e, fn):
     """[(fn's result, the reference's output)] for the calls fn applies to."""
-    ref = e.ref() if e.pd.get("make") is not None else None
-    res = []
-    for ci in range(len(e.pd["calls"])):
-        w = e.want_out(ci)
-        try:
-            args, kwargs = e.args(ci)
-            with torch.no_grad():
-                r = fn(ref, *args, **kwargs) if ref is not None else fn(*args, **kwargs)
-        except Exception:  # noqa: BLE001
-            continue
-        if r is not None and w is not None:
-            res.append((r, w))
-    return res
+    return [(r, w) for ci, r in _formula(e, fn) if (w := e.want_out(ci)) is not None]
 
 
 def _raised(*texts):
