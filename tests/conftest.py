@@ -33,7 +33,11 @@ GROUPS_LONGEST_FIRST = ["browser", "test_grading_roundtrip.py", "test_grading_da
                         "test_wheel.py", "test_scan.py", "test_grading_postgres.py"]
 
 
-SHARED = {"test_grading_cheats.py": "class01_shared", "test_grading_manual.py": "class01_shared"}
+SHARED = {"test_grading_cheats.py": "class01_shared", "test_grading_manual.py": "class01_shared",
+          # both judge every catalogued mistake with the coordinator's probes: one run each
+          # (catalogue.independent_run keeps the last few), the tests of one mistake side by side
+          "test_fair_credit.py": "test_specs.py"}
+SIDE_BY_SIDE = {"test_specs.py"}
 
 
 def _group(nodeid: str) -> str:
@@ -60,7 +64,12 @@ def pytest_xdist_make_scheduler(config, log):
 
 def pytest_collection_modifyitems(config, items):
     rank = {g: i for i, g in enumerate(GROUPS_LONGEST_FIRST)}
-    items.sort(key=lambda it: rank.get(_group(it.nodeid), len(rank)))  # stable
+
+    def key(it):
+        g = _group(it.nodeid)
+        params = it.nodeid.partition("[")[2] if g in SIDE_BY_SIDE else ""
+        return rank.get(g, len(rank)), params
+    items.sort(key=key)  # stable: otherwise the files' own order
 
 
 _GROUP_SECONDS: dict = {}   # what each group cost (setup, call and teardown of its tests)

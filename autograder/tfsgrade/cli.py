@@ -29,22 +29,23 @@ from pathlib import Path
 from . import build, course, reference_writer
 
 
-def build_sources(log=print) -> list[Path]:
-    """solutions/src/*.py -> solutions/*.ipynb and helpers/tfscratch/reference/*.py."""
+def build_sources(log=print, names=None) -> list[Path]:
+    """solutions/src/*.py -> solutions/*.ipynb and helpers/tfscratch/reference/*.py, and the
+    stored expectations of `names` (every notebook by default)."""
     written = build.build_all(course.SOURCES, course.SOLUTIONS)
     written += reference_writer.write(course.SOURCES, course.REFERENCE)
-    written += _stored("write")
+    written += _stored("write", names)
     for p in written:
         log(f"built {p.relative_to(course.REPO)}")
     return written
 
 
-def _stored(cmd: str) -> list:
+def _stored(cmd: str, names=None) -> list:
     """The kernel checks' stored expectations (tfscratch.specs.stored): `write` returns the
     files written, `check` what is stale. A fresh process, so it imports the reference just
     exported, not one this process loaded before."""
     import subprocess
-    r = subprocess.run([sys.executable, "-m", "tfscratch.specs.stored", cmd, *course.assignments()],
+    r = subprocess.run([sys.executable, "-m", "tfscratch.specs.stored", cmd, *(names or course.assignments())],
                        capture_output=True, text=True, cwd=course.REPO)
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
     if cmd == "write":
@@ -55,7 +56,7 @@ def _stored(cmd: str) -> list:
 
 
 def release(out_dir: Path = course.NOTEBOOKS, names=None, log=print) -> list[Path]:
-    build_sources(log=lambda *_: None)
+    build_sources(log=lambda *_: None, names=names)
     names = names or course.assignments()
     with tempfile.TemporaryDirectory(prefix="tfs-release-") as tmp:
         root = course.make_course(Path(tmp), names)

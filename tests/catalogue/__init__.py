@@ -255,7 +255,15 @@ def independent(assignment: str, exercise: str, code: str | None = None, seed: i
 
 def independent_run(assignment: str, exercise: str, code: str | None = None, seed: int = SPEC_SEED):
     """(got, want, verdicts): the student's and the reference's captures on the coordinator's
-    probes, and its judgement (tests/test_fair_credit.py reads the captures)."""
+    probes, and its judgement (tests/test_fair_credit.py reads the captures). Kept for the
+    last few calls: test_specs and test_fair_credit judge each catalogued mistake one after the
+    other (one xdist group, tests of one mistake side by side: conftest), so it runs once.
+    Callers read the result and never change it."""
+    return _independent_run(assignment, exercise, code, seed)
+
+
+@lru_cache(maxsize=4)
+def _independent_run(assignment: str, exercise: str, code: str | None, seed: int):
     from tfscratch.specs import engine
     ex = next(e for e in engine.specs_for(assignment) if e.name == exercise)
     ns = namespace(assignment, exercise, code)
