@@ -194,9 +194,10 @@ def test_progress_runs_the_checks_again():
 
 
 def test_progress_checks_the_learners_own_function_behind_a_course_wrapper():
-    """10 rebinds flash_attention to a wrapper (functools.wraps) that trains through the
-    learner's FlashAttention; the table's checks of Exercise 2 still see the learner's loop,
-    so a broken FlashAttention does not show as a failed flash_attention."""
+    """10 rebinds flash_attention to a wrapper that trains through the learner's FlashAttention
+    and marks it with `learners_loop`; the table's checks of Exercise 2 still see the learner's
+    loop, so a broken FlashAttention does not show as a failed flash_attention. A wrapper of
+    the learner's own (functools.wraps, no mark) is checked as it is."""
     import functools
 
     from tfscratch import checks, progress
@@ -211,9 +212,9 @@ def test_progress_checks_the_learners_own_function_behind_a_course_wrapper():
         return x.exp()  # what the wrapper routes to is broken
     tests = [("test_a", 1, "chk.test_softmax_rows(softmax)")]
     ns = {"chk": chk, "softmax_own": softmax, "softmax": wrapper}
+    assert progress.run_checks(tests, ns)[0]["status"] == "failed"    # no mark: checked as it is
+    wrapper.learners_loop = softmax
     assert progress.run_checks(tests, ns)[0]["status"] == "passed"
-    del ns["softmax_own"]   # a wrapper of something not bound in the notebook is the exercise
-    assert progress.run_checks(tests, ns)[0]["status"] == "failed"
 
 
 def test_checks_catch_the_warnings_of_student_code():

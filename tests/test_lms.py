@@ -317,3 +317,11 @@ def test_a_renamed_notebook_still_says_which_assignment_is_graded(tmp_path):
     (tmp_path / "ann" / "my work.ipynb").write_bytes(lt.notebook_bytes())
     from tfsgrade import course
     assert intake.assignments_present(intake.students_in(tmp_path), course.assignments()) == [A01]
+
+
+def test_a_student_id_is_the_whole_name_never_a_trailing_newline():
+    """`$` matches before a final newline: "alice\\n" passed the id rule and reached course paths."""
+    from tfsgrade import intake, lms
+    for rule in (intake.STUDENT_RE, lms.STUDENT_RE):
+        assert rule.match("alice") and rule.match("a.b-c+d@e_1")
+        assert not any(rule.match(s) for s in ("alice\n", "a/b", "../x", ".hidden", ""))

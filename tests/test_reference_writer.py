@@ -198,6 +198,15 @@ def test_export_resolves_imports_and_names(tmp_path):
         X = 1
      """}, r"no `#\| default_exp"),
     ({"01_a.py": """
+        #| default_exp a
+        # %% [solution] f
+        def f(x):
+            return x
+        # %% [export]
+        def f(x):
+            return 2 * x
+     """}, r"f defined again in the same source"),   # an accidental second definition
+    ({"01_a.py": """
         #| default_module a
         # %% [solution] f
         def f(x):

@@ -120,6 +120,28 @@ def test_edited_course_cell_is_scanned():
     assert [(f.cell, f.kind) for f in res.findings] == [(demo, "tamper")]
 
 
+def test_a_course_cell_moved_above_its_exercises_checks_is_the_students():
+    """10's course cell that makes flash_attention trainable (a wrapper around the names
+    flash_attention_forward and FlashAttention) stands after the exercise's checks. Pasted above
+    them, with flash_attention_forward bound in a free cell, the probe would grade the course's
+    wrapper around the student's free code: the moved cell is scanned as the student's, and the
+    exercise redefined outside its own cell is flagged (the red-team read found it silent)."""
+    a = "10_efficient_attention"
+    nb = student_notebook(a, solution_sources(a))
+    wrap = next(i for i, c in enumerate(nb.cells) if "flash_attention_forward = getattr(" in c.source)
+    first = next(i for i, c in enumerate(nb.cells)
+                 if manifest.owners(a).get(c.metadata.get("nbgrader", {}).get("grade_id")) == "flash_attention")
+    assert first < wrap and scan.scan_notebook(nb, a).findings == []
+    moved = copy.deepcopy(nb)
+    cell = moved.cells.pop(wrap)
+    moved.cells[first:first] = [nbformat.v4.new_code_cell(
+        "def flash_attention_forward(q, k, v, block_size=64, causal=False):\n"
+        "    return q.softmax(-1) @ v\n"), cell]
+    found = [(f.cell, f.exercise, f.message) for f in scan.scan_notebook(moved, a).findings]
+    assert (first + 1, "flash_attention", "the exercise `flash_attention` is redefined outside its own cell") \
+        in found, found
+
+
 def test_relabelled_solution_cell_is_still_judged():
     nb = build(next(c for c in CASES if c.name == "sm_special_softmax"))
     cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "softmax")

@@ -479,3 +479,39 @@ def test_the_probe_loads_torch_compile_only_for_code_that_names_it():
          "            return torch.compile(lambda z: z)(y)\n        return inner(x)\n", ns)
     assert vm._names_compile(ns)
     assert not vm._names_compile({"__name__": "__main__", "nn": torch.nn, "Module": torch.nn.Module})
+
+
+def test_the_walk_before_the_guard_calls_no_code_of_the_learners():
+    """_names_compile runs before the guard is installed, with the hidden inputs on the stack:
+    a `__class__` property, a metaclass's attribute hooks or a str subclass's __eq__ in the
+    namespace must never run (the red-team read: they could read the plan's tensors)."""
+    calls = []
+
+    class Meta(type):
+        def __getattribute__(cls, name):
+            calls.append(f"meta {name}")
+            return type.__getattribute__(cls, name)
+
+    class Sneaky:
+        @property
+        def __class__(self):
+            calls.append("__class__")
+            return type
+
+        def __getattr__(self, name):
+            calls.append(name)
+            raise AttributeError(name)
+
+    class Evil(str):
+        def __eq__(self, other):
+            calls.append("eq")
+            return False
+        __hash__ = str.__hash__
+
+    def compiles(x):
+        return torch.compile(x)
+    compiles.__module__ = Evil("__main__")
+    ns = {"__name__": "__main__", "s": Sneaky(), "M": Meta("M", (), {"__module__": Evil("__main__")}),
+          Evil("__name__"): 1, "f": compiles}
+    calls.clear()                     # building the dict compared Evil("__name__") itself
+    assert vm._names_compile(ns) is False and calls == []

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from . import course, lms
 
-STUDENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*$")
+STUDENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]*\Z")  # with .match: the whole id, no newline
 
 
 @dataclass

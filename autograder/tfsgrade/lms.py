@@ -53,7 +53,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 LAYOUTS = ("auto", "folders", "canvas", "moodle", "nbgrader")
-STUDENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]*$")
+STUDENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]*\Z")  # with .match: the whole id, no newline
 
 # ---------------------------------------------------------------------------------- times
 

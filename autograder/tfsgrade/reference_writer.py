@@ -146,12 +146,28 @@ def collect(src: Path) -> Export | None:
         if c.kind == "solution":
             if c.grade_id not in defined:
                 raise ExportError(f"{rel}: solution cell {c.grade_id} does not define {c.grade_id}")
-            names.append(c.grade_id)
+            new = [c.grade_id]
         else:
-            names += [n for n in defined if not n.startswith("_")]
+            new = [n for n in defined if not n.startswith("_")]
+        _rebinds_on_purpose(rel, label, tree, [n for n in new if n in names])
+        names += new
         code.append((label, body))
-    names = list(dict.fromkeys(names))  # a later [export] cell may rebind a solution's name
+    names = list(dict.fromkeys(names))  # a later [export] cell may rebind a name (see below)
     return Export(src, module, names, code, _title(cells), _setup_imports(cells, rel))
+
+
+def _rebinds_on_purpose(rel: str, label: str, tree: ast.Module, again: list[str]) -> None:
+    """A name exported twice by one source: only an [export] cell that reads the earlier
+    definition may rebind it (10 wraps flash_attention in a trainable version); anything else
+    is an accident that would silently change the reference the grades compare with."""
+    if not again:
+        return
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    accidental = [n for n in again if label != "[export]" or n not in read]
+    if accidental:
+        raise ExportError(f"{rel} {label}: {', '.join(accidental)} defined again in the same source; "
+                          "only an [export] cell that uses the earlier definition (a wrapper) may rebind "
+                          "a name")
 
 
 def collect_all(src_dir: Path) -> list[Export]:

@@ -1044,6 +1044,7 @@ def scan_notebook(nb, assignment: str, *, released=None, source=None) -> ScanRes
         if c.get("cell_type") == "code" and isinstance(gid, str) and gid in exercises \
                 and _meta(c).get("solution"):
             sc.ex_cell.setdefault(gid, idx)
+    last_test = _last_tests(nb, assignment)
     ex_cells, lines = [], {}
     for idx, c in enumerate(nb.cells):
         if c.get("cell_type") != "code":
@@ -1051,7 +1052,7 @@ def scan_notebook(nb, assignment: str, *, released=None, source=None) -> ScanRes
         meta = _meta(c)
         gid = meta.get("grade_id") if isinstance(meta.get("grade_id"), str) else None
         is_solution = bool(meta.get("solution")) and gid in exercises
-        student = is_solution or _written(_src(c), course)
+        student = is_solution or _written(_src(c), course) or _rebinds_early(_src(c), idx, last_test)
         exercise = gid if is_solution else None
         v = sc.run_cell(idx, _src(c), gid, exercise, student)
         if v is not None:
@@ -1062,6 +1063,31 @@ def scan_notebook(nb, assignment: str, *, released=None, source=None) -> ScanRes
     sc.outside_definitions(lines)
     sc.findings.sort(key=lambda f: (f.cell, f.line, f.certainty != CERTAIN))
     return ScanResult(assignment, exercises, sc.findings)
+
+
+def _last_tests(nb, assignment: str) -> dict[str, int]:
+    """{exercise: the index of its last graded test cell in this notebook}."""
+    from .manifest import owners
+    own, last = owners(assignment), {}
+    for idx, c in enumerate(nb.cells):
+        ex = own.get(_meta(c).get("grade_id")) if isinstance(_meta(c).get("grade_id"), str) else None
+        if ex is not None:
+            last[ex] = idx
+    return last
+
+
+def _rebinds_early(src: str, idx: int, last_test: dict[str, int]) -> bool:
+    """A course cell (by its text) that binds an exercise's name before that exercise's last
+    test cell: the student moved it there (10's wrapper of flash_attention, pasted above the
+    exercise's checks, would make the probe grade the course's wrapper around names the
+    student binds in free cells). Scanned as the student's, so its bindings are seen."""
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return False
+    bound = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    bound |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    return any(idx < last_test[name] for name in bound if name in last_test)
 
 
 def scan_code(code: str, exercise: str | None, assignment: str = "",

@@ -644,18 +644,22 @@ plt.gca().set_xscale("log", base=2)
 # when autograd is recording and an input needs a gradient, it hands the work to
 # `FlashAttention.apply`; otherwise (inference, `torch.no_grad()`) it runs your forward loop as
 # before. The course's exported `flash_attention` is this one. (The progress table at the end
-# still checks your own loop, which `functools.wraps` keeps in `flash_attention.__wrapped__`.)
+# still checks your own loop, kept as `flash_attention.learners_loop`.)
 
 # %% [export]
-flash_attention_forward = flash_attention  # your Exercise 2 loop, kept for inference
+# your Exercise 2 loop, kept for inference (running this cell again keeps your loop, not this one)
+flash_attention_forward = getattr(flash_attention, "learners_loop", flash_attention)
 
 
-@functools.wraps(flash_attention_forward)  # your docstring; __wrapped__ is your loop
+@functools.wraps(flash_attention_forward)  # your loop's name and docstring
 def flash_attention(q, k, v, block_size=64, causal=False):
     # with gradients: FlashAttention (saves O and the row log-sum-exp, recomputes the blocks)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         return FlashAttention.apply(q, k, v, block_size, causal)
     return flash_attention_forward(q, k, v, block_size, causal)
+
+
+flash_attention.learners_loop = flash_attention_forward  # what the progress table checks
 
 # %%
 q, k, v = (torch.randn(1, 2, 64, 16, requires_grad=True) for _ in range(3))

@@ -295,6 +295,9 @@ class Exercise:
 
     def __post_init__(self):
         self._full_ids()
+        self._check()
+
+    def _check(self) -> None:
         ids = [g.id for g in self.graded]
         backed = {str(c) for p in self.probes for c in p.cells}
         if len(set(ids)) != len(ids) or set(ids) != backed:
@@ -317,6 +320,7 @@ class Exercise:
         """A probe added after the entry is built (one that needs an optional fixture)."""
         self.probes.append(probe)
         self._full_ids()
+        self._check()   # a mistyped short id backs no graded cell: refused here too
 
     def reference(self):
         mod, _, obj = self.ref.rpartition(".")

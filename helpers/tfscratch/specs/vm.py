@@ -396,6 +396,8 @@ class _Guard:
         return self
 
     def _install(self):
+        if self.preload_compile:   # first, so a first torch.compile in the probe runs eagerly too
+            __import__("torch._dynamo")
         self.lib = torch.library.Library("aten", "IMPL")
         label = ", ".join(self.forbid[g][0] for g in self.groups)
         with warnings.catch_warnings():   # "overriding a previously registered kernel"
@@ -410,8 +412,6 @@ class _Guard:
                         self.swapped.append((fn, fn.__code__, fn.__kwdefaults__))
                         fn.__code__ = _refused.__code__
                         fn.__kwdefaults__ = {"_tfs_refuse": self._refuser(name, label)}
-        if self.preload_compile:   # so that a first torch.compile in the probe runs eagerly too
-            __import__("torch._dynamo")
         self.stance, self.compiled = _force_eager(), _compiled()
         self.table = self._table()
 
@@ -483,30 +483,55 @@ class _Guard:
         return False
 
 
+_CLASS_DICT = type.__dict__["__dict__"]   # a class's own namespace, read without its metaclass
+
+
 def _names_compile(namespace: dict) -> bool:
-    """Whether a function or class of the namespace names `compile` in its code (torch.compile
+    """Whether a function or class of the learner's names `compile` in its code (torch.compile
     called inside an exercise). Then torch.compile is loaded before the guard, so its stance is
     eager from the start and a first torch.compile inside the probe runs through the guard
     instead of compiling past it (which would void the check: an honest student's loss). Only
-    the loading depends on this; code that hides the name meets the refusal, as before."""
-    own = namespace.get("__name__")   # the learner's own definitions only (None: an exec dict)
-    seen, todo = set(), list(namespace.values())
-    while todo:
+    the loading depends on this; code that hides the name meets the refusal, as before.
+    It runs before the guard, so it calls no code of the learner's: exact type tests
+    (`type(v) is ...`, never isinstance, which reads a `__class__` the learner may define), no
+    `==` or hashing of the learner's objects, C-level attributes, and a class's own dict read
+    through `type`'s descriptor."""
+    if type(namespace) is not dict:
+        return False
+    items = list(namespace.items())
+    own = next((v for k, v in items if _is_str(k, "__name__")), None)
+    seen, todo = set(), [v for _, v in items]
+    while todo and len(seen) < 100_000:
         v = todo.pop()
         if id(v) in seen:
             continue
         seen.add(id(v))
-        if isinstance(v, type) and v.__dict__.get("__module__") == own:
-            todo += list(vars(v).values())
-        elif isinstance(v, (staticmethod, classmethod, property)):
-            todo += [getattr(v, a, None) for a in ("__func__", "fget", "fset")]
-        elif isinstance(v, types.FunctionType) and v.__module__ == own:
-            todo.append(v.__code__)
-        elif isinstance(v, types.CodeType):
-            if "compile" in v.co_names:
+        t = type(v)
+        if t is types.FunctionType:
+            if _same_module(v.__module__, own):
+                todo.append(v.__code__)
+        elif t is types.CodeType:
+            if any(_is_str(n, "compile") for n in v.co_names):
                 return True
-            todo += [c for c in v.co_consts if isinstance(c, types.CodeType)]
+            todo += [c for c in v.co_consts if type(c) is types.CodeType]
+        elif t is staticmethod or t is classmethod:
+            todo.append(v.__func__)
+        elif t is property:
+            todo += [v.fget, v.fset]
+        elif issubclass(t, type):     # a class: its own dict, when the learner defined it
+            attrs = list(_CLASS_DICT.__get__(v).items())
+            if _same_module(next((x for k, x in attrs if _is_str(k, "__module__")), None), own):
+                todo += [x for _, x in attrs]
     return False
+
+
+def _is_str(x, text: str) -> bool:
+    return type(x) is str and str.__eq__(x, text) is True
+
+
+def _same_module(mod, own) -> bool:
+    """A definition's __module__ is the namespace's __name__ (both None in a plain exec dict)."""
+    return mod is own or (type(mod) is str and type(own) is str and str.__eq__(mod, own) is True)
 
 
 def _force_eager():
