@@ -8,9 +8,10 @@ The reference is imported here, lazily, and never enters the student's process.
 
 A spec module (`tfscratch/specs/<module>.py`) lists `EXERCISES`:
 
-    Exercise("softmax", ref="attention.softmax", probes=[
-        Probe("large logits", cells=["test_softmax_stable"],
-              calls=[call(randn(3, 9, scale=1000.0))]),
+    Exercise("softmax", ref="attention.softmax",
+             graded=grades(rows=1, stable=1, random=(2, 4242)),   # test_softmax_rows, ...
+             probes=[
+        Probe("large logits", cells=["stable"], calls=[call(randn(3, 9, scale=1000.0))]),
         ...])
 
 - inputs are lazy (`randn`, `randint`, `tokens`, `given`): materialised in the coordinator
@@ -24,12 +25,15 @@ A spec module (`tfscratch/specs/<module>.py`) lists `EXERCISES`:
   call raise (any exception); `params=True` compares parameter names, shapes and how many are
   distinct objects; `after=` compares attributes after the calls (running statistics, the
   attention weights kept for plotting);
-- `cells=` names the graded test cells the probe backs: a cell scores its points when every
-  probe that backs it passes. Every graded cell of a notebook with a spec is backed.
+- `graded=` lists the exercise's graded test cells in the notebook's order, by the part of
+  their id after `test_<exercise>_`, with their points (and the hidden tests' seed);
+  `make release` writes those cells. `cells=` names the graded test cells the probe backs,
+  by the same short ids: a cell scores its points when every probe that backs it passes.
+  Every graded cell of a notebook with a spec is backed.
   A cell judges what its name promises (issue 29, fair partial credit): a plain name is
-  judged on the values; `shapes("test_x_shapes")` only on what the calls return without their
+  judged on the values; `shapes("shapes")` only on what the calls return without their
   values (the call runs, raises where it must, every output present with the reference's
-  shape and dtype, parameter names and shapes); `batch("test_x_batch_axes")` on the shapes
+  shape and dtype, parameter names and shapes); `batch("batch_axes")` on the shapes
   and on the student's own consistency: a call on `part(...)` of an earlier call's inputs
   (one element of its batch) must give that call's output at the same index. A value
   mistake then fails the value cells only. `memory(...)`: shapes, and the memory keys
