@@ -1,10 +1,13 @@
 """Exercise specs: a table of probes per exercise, and the one engine that turns them into a
 plan, runs the plan on the course's reference, and judges what the student's object captured.
 
-Where it runs: in the grader (the coordinator) only. The probes' *plan* goes into the grading
-sandbox as data and is run there, on the student's object, by `vm.py`; the captures come back
-as plain tensors; this module compares them with what the reference captures on the same plan.
-The reference is imported here, lazily, and never enters the student's process.
+Where it runs: in the grader (the coordinator), which decides the grade: the probes' *plan*
+goes into the grading sandbox as data and is run there, on the student's object, by `vm.py`;
+the captures come back as plain tensors; this module compares them with what the reference
+captures on the same plan. The reference is imported here, lazily, and never enters the
+graded student's process. And in the student's kernel for the notebook's visible checks
+(`tfscratch.checks.kernel`): the same plans and judgement on the public seed, against the
+expectations `make release` stored (`stored.py`), not against the reference.
 
 A spec module (`tfscratch/specs/<module>.py`) lists `EXERCISES`:
 
