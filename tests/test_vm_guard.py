@@ -515,3 +515,21 @@ def test_the_walk_before_the_guard_calls_no_code_of_the_learners():
           Evil("__name__"): 1, "f": compiles}
     calls.clear()                     # building the dict compared Evil("__name__") itself
     assert vm._names_compile(ns) is False and calls == []
+
+
+def test_the_target_is_found_without_running_a_key_of_the_learners():
+    """run_plan finds the exercise before the guard goes on: a key whose hash collides with the
+    exercise's name and whose __eq__ runs code must not be called (the red-team read)."""
+    calls = []
+
+    class Collide:
+        def __hash__(self):
+            return hash("softmax")
+
+        def __eq__(self, other):
+            calls.append("eq")
+            return False
+    ns = {Collide(): 1, "softmax": torch.softmax}
+    calls.clear()
+    assert vm._lookup(ns, "softmax") is torch.softmax and calls == []
+    assert vm._lookup({"__name__": "x"}, "softmax") is None

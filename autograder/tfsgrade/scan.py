@@ -41,7 +41,7 @@ from .cells import meta as _meta
 from .cells import source as _src
 from .scan_rules import (  # noqa: F401  (CERTAIN, REVIEW, GROUPS, exercise_groups: the scan's API)
     CERTAIN, GROUPS, REVIEW, exercise_groups, _ASSIGN_OK, _ATTR_CALLS, _BUILTINS, _CE_LEAVES,
-    _CE_LS_POS, _COURSE_PATH, _DANGER, _DANGER_LEAF, _EXEC_CALLS, _HOOK_ATTRS, _MAGICS_FILES,
+    _CE_LS_POS, _COURSE_PATH, _DANGER, _DANGER_LEAF, _EXEC_CALLS, _FRAME_ATTRS, _HOOK_ATTRS, _MAGICS_FILES,
     _MAGICS_OK, _MAGICS_SUBPROCESS, _OPEN_CALLS, _SHELL_OK, _STAR_INTROSPECT)
 
 
@@ -606,6 +606,8 @@ class _Cell(ast.NodeVisitor):
                 self.check_path(node, v)
 
     def visit_Attribute(self, node: ast.Attribute):
+        if node.attr in _FRAME_ATTRS:
+            self.flag(node, "introspection", REVIEW, f"reads a running frame (`.{node.attr}`)")
         path = self.resolve(node)
         if path:
             if not path.startswith(USER):

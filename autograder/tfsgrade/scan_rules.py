@@ -87,6 +87,13 @@ _DANGER: list[tuple[str, str, str]] = [
     ("sys.excepthook", "ipython-hook", "reaches the exception hook"),
     ("sys.displayhook", "ipython-hook", "reaches the display hook"),
     ("threading.settrace", "introspection", "installs a trace function"),
+    ("threading.setprofile", "introspection", "installs a profile function"),
+    ("sys.addaudithook", "introspection", "installs an audit hook (it sees the code the grader runs)"),
+    ("sys._current_frames", "introspection", "reads every thread's frames"),
+    ("gc.callbacks", "introspection", "runs code at every garbage collection"),
+    ("signal.signal", "introspection", "installs a signal handler"),
+    ("signal.setitimer", "introspection", "sets a timer signal"),
+    ("signal.alarm", "introspection", "sets a timer signal"),
     ("inspect.currentframe", "introspection", "reads the caller's frames"),
     ("inspect.stack", "introspection", "reads the caller's frames"),
     ("inspect.getouterframes", "introspection", "reads the caller's frames"),
@@ -154,6 +161,9 @@ _HOOK_ATTRS = {"input_transformers_cleanup", "input_transformers_post", "ast_tra
                "custom_exceptions", "CustomTB", "showtraceback", "run_cell", "InteractiveTB",
                "__code__", "__globals__", "__defaults__", "__kwdefaults__", "__builtins__",
                "__torch_function__", "__torch_dispatch__"}
+# Attributes that reach a running frame (a traceback's, a generator's, a caller's): from there
+# the locals of whoever called the student's code, the grader's probe included.
+_FRAME_ATTRS = {"tb_frame", "f_back", "f_locals", "f_globals", "gi_frame", "cr_frame", "ag_frame"}
 # IPython shell methods an honest notebook uses (magics are checked by name).
 _SHELL_OK = {"run_line_magic", "run_cell_magic"}
 _MAGICS_OK = {"time", "timeit", "matplotlib", "pdb", "debug", "who", "whos", "who_ls",

@@ -382,6 +382,8 @@ class _Guard:
         self.problem = None
 
     def __enter__(self):
+        if self.groups and self.preload_compile:
+            _load_compile()      # before the process snapshot and the overrides
         if self.strict:
             kids = _children()
             if kids:
@@ -396,8 +398,6 @@ class _Guard:
         return self
 
     def _install(self):
-        if self.preload_compile:   # first, so a first torch.compile in the probe runs eagerly too
-            __import__("torch._dynamo")
         self.lib = torch.library.Library("aten", "IMPL")
         label = ", ".join(self.forbid[g][0] for g in self.groups)
         with warnings.catch_warnings():   # "overriding a previously registered kernel"
@@ -523,6 +523,26 @@ def _names_compile(namespace: dict) -> bool:
             if _same_module(next((x for k, x in attrs if _is_str(k, "__module__")), None), own):
                 todo += [x for _, x in attrs]
     return False
+
+
+def _load_compile() -> None:
+    """torch.compile loaded now, so that its stance is eager while the guard is on; where it
+    cannot be loaded, the guard goes on without it, as before (a first compile inside the probe
+    then voids it, which is what happened before this preload existed)."""
+    try:
+        __import__("torch._dynamo")
+    except Exception:  # noqa: BLE001 - an optional preload
+        pass
+
+
+def _lookup(namespace: dict, name: str):
+    """namespace[name] without hashing or comparing any key of the learner's (a key whose
+    __eq__ runs code could otherwise run before the guard, the plan on the stack). A kernel's
+    namespace is a plain dict; the grader's own mappings (the reference's) are looked up as
+    they are."""
+    if type(namespace) is not dict:
+        return namespace.get(name)
+    return next((v for k, v in list(namespace.items()) if _is_str(k, name)), None)
 
 
 def _is_str(x, text: str) -> bool:
@@ -799,7 +819,7 @@ def run_plan(plan: dict, namespace: dict, tensors: dict | None = None, emit=None
     Returns {"caps": arrays, "meta": {...}} merged over all probes."""
     tensors = unpack(plan.get("tensors", "")) if tensors is None else tensors
     caps, meta = {}, {}
-    target = namespace.get(plan["target"])
+    target = _lookup(namespace, plan["target"])
     guarded = bool(plan.get("forbid")) or any(c.get("memory_limit") for p in plan["probes"]
                                               for c in p.get("calls", []))
     with _Guard(plan.get("forbid"), strict=strict and guarded,
