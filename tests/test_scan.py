@@ -295,3 +295,35 @@ def test_a_bpe_library_inside_11_is_flagged_for_review():
     assert any("tokenizers" in f.message for f in r.findings), r.findings
     assert not scan.scan_code("def train_bpe(text, vocab_size, special_tokens=()):\n"
                               "    return {}, []\n", "train_bpe").findings
+
+
+def test_course_cells_bind_an_exercise_name_only_after_its_checks():
+    """The scan reads a course cell (by its text) as the course's, wherever it stands, except
+    one that binds an exercise's name above that exercise's last check (`scan._rebinds_early`,
+    which sees top-level def, class and `name =` only). So every course cell of every source
+    that binds an exercise's name (at any depth, in any form) does it in one of those forms and
+    after the exercise's checks: 10's trainable flash_attention is the one such cell today."""
+    import ast
+
+    from tfsgrade import build, course
+    found = []
+    for src in sorted(course.SOURCES.glob("[0-9][0-9]_*.py")):
+        cells = build.parse_cells(src.read_text(), str(src))
+        names = {c.grade_id for c in cells if c.kind == "solution"}
+        last = {c.exercise: i for i, c in enumerate(cells) if c.kind == "tests"}
+        for i, c in enumerate(cells):
+            if c.kind in ("markdown", "answer", "solution", "tests"):
+                continue
+            tree = ast.parse(c.source.replace("%matplotlib inline", ""))
+            top = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+            top |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+                    if isinstance(t, ast.Name)}
+            bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            bound |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+            bound |= {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
+                      if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+            for name in bound & names:
+                found.append((src.stem, name))
+                assert name in top, f"{src.name}: a course cell binds {name} in a form the scan misses"
+                assert i > last.get(name, -1), f"{src.name}: a course cell binds {name} above its checks"
+    assert found == [("10_efficient_attention", "flash_attention")], found
