@@ -181,7 +181,7 @@ def collect_all(src_dir: Path) -> list[Export]:
             raise ExportError(f"{e.rel} and {other.rel} both export to {e.module!r}: "
                               "one module per source")
         for n in e.names:
-            if n in owner and owner[n] is not e:  # one source may rebind its own name
+            if n in owner:   # (one source's own rebinding is one name: collect dedupes it)
                 raise ExportError(
                     f"{n!r} is exported by {owner[n].rel} and {e.rel}: one definition per "
                     f"name in {PACKAGE}. Mark the older solution cell `noexport` "

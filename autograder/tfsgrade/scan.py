@@ -1083,6 +1083,8 @@ def _rebinds_early(src: str, idx: int, last_test: dict[str, int]) -> bool:
     test cell: the student moved it there (10's wrapper of flash_attention, pasted above the
     exercise's checks, would make the probe grade the course's wrapper around names the
     student binds in free cells). Scanned as the student's, so its bindings are seen."""
+    if not any(name in src for name, last in last_test.items() if idx < last):
+        return False        # names no exercise still to be checked: nothing to parse
     try:
         tree = ast.parse(src)
     except SyntaxError:

@@ -498,9 +498,8 @@ def _names_compile(namespace: dict) -> bool:
     through `type`'s descriptor."""
     if type(namespace) is not dict:
         return False
-    items = list(namespace.items())
-    own = next((v for k, v in items if _is_str(k, "__name__")), None)
-    seen, todo = set(), [v for _, v in items]
+    own = _lookup(namespace, "__name__")
+    seen, todo = set(), list(namespace.values())
     while todo and len(seen) < 100_000:
         v = todo.pop()
         if id(v) in seen:
@@ -551,7 +550,7 @@ def _is_str(x, text: str) -> bool:
 
 def _same_module(mod, own) -> bool:
     """A definition's __module__ is the namespace's __name__ (both None in a plain exec dict)."""
-    return mod is own or (type(mod) is str and type(own) is str and str.__eq__(mod, own) is True)
+    return mod is own or (type(own) is str and _is_str(mod, own))
 
 
 def _force_eager():
@@ -823,7 +822,7 @@ def run_plan(plan: dict, namespace: dict, tensors: dict | None = None, emit=None
     guarded = bool(plan.get("forbid")) or any(c.get("memory_limit") for p in plan["probes"]
                                               for c in p.get("calls", []))
     with _Guard(plan.get("forbid"), strict=strict and guarded,
-                preload_compile=_names_compile(namespace)) as guard:
+                preload_compile=bool(plan.get("forbid")) and _names_compile(namespace)) as guard:
         for probe in plan["probes"]:
             if target is None:
                 c, m = {}, {f"{probe['name']}.error": f"NameError: {plan['target']!r} is not defined"}
