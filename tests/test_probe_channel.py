@@ -331,15 +331,17 @@ def test_each_probe_sits_right_before_its_exercises_first_test_cell(assignment):
     EncoderLayer): each exercise's probe cell comes after its solution cell and right before
     the first graded test cell its probes back."""
     nb = read(NOTEBOOKS / f"{assignment}.ipynb")
-    cells = [dict(c, source=f"PROBE {c['exercise']}") for c in verdict.probe_cells(assignment, 1)]
+    cells = [dict(c, guard=f"GUARD {c['exercise']}", source=f"PROBE {c['exercise']}")
+             for c in verdict.probe_cells(assignment, 1)]
     made = sandbox_runner.insert_probes(nb, cells)
-    assert len(made) == len(cells)
+    assert len(made) == 2 * len(cells)           # each exercise: its guard cell and its probe cell
     gid = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
     for ex in engine.specs_for(assignment):
         at = next(i for i, c in enumerate(nb.cells) if c.source == f"PROBE {ex.name}")
         first = min(gid.index(g) for g in ex.cells())
         assert at + 1 == first, (ex.name, at, first)
-        assert gid.index(ex.name) < at
+        assert nb.cells[at - 1].source == f"GUARD {ex.name}"
+        assert gid.index(ex.name) < at - 1
 
 
 # -- a probe cell the namespace cannot bend --------------------------------------------------
@@ -360,8 +362,10 @@ assert ns["compile"] is not builtins.compile          # torch.compile
 docs = []
 IPython.display.display = lambda obj, raw=False: docs.append(obj["application/x-tfs-probe+json"])
 probes = {}
-for name, src in cells.items():
+for name, (guard, src) in cells.items():
     docs.clear()
+    builtins.exec(builtins.compile(guard, "<guard " + name + ">", "exec"), ns)
+    assert not docs
     builtins.exec(builtins.compile(src, "<probe " + name + ">", "exec"), ns)
     probes[name] = {"docs": list(docs), "error": None}
 builtins.print(json.dumps({"probes": probes, "left": "__tfs_b" in ns}))
@@ -375,7 +379,7 @@ def test_the_probe_cell_ignores_every_name_the_student_rebound(honest):
     the probe machine's strict mode refuses to vouch for a plan beside child processes, which
     a test session has.)"""
     from nbtools import REPO
-    cells = {c["exercise"]: c["source"] for c in verdict.probe_cells(A01, SEED)}
+    cells = {c["exercise"]: (c["guard"], c["source"]) for c in verdict.probe_cells(A01, SEED)}
     r = subprocess.run([sys.executable, "-c", _REBOUND, str(REPO / "tests")], input=json.dumps(cells),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -403,17 +407,20 @@ def test_quiet_cells_leave_no_trace_in_the_kernels_history(tmp_path):
              ("import linecache\nprint(In, _ih, Out, _oh)\n%history\n"
               "print([''.join(v[2]) for k, v in linecache.cache.items() if len(v) > 2 and "
               "('ipykernel' in k or k.startswith('<'))])", None))
-    probe = {"exercise": "f", "cells": ["test_f_value"],    # the real boot, a stand-in machine
-             "source": verdict._CELL.format(boot=verdict._BOOT, plan='{"seed": 4242}',
-                                            vm="def kernel_main(plan, ns):\n    ns['z'] = 1\n")}
+    machine = "def kernel_guard(plan, ns):\n    pass\ndef kernel_run(plan, ns):\n    ns['z'] = 1\n"
+    probe = {"exercise": "f", "cells": ["test_f_value"],    # the real boots, a stand-in machine
+             "guard": verdict._CELL.format(boot=verdict._BOOT_GUARD, plan='{"seed": 4241}',
+                                           vm=machine, key="tfs_probe_vm.f"),
+             "source": verdict._CELL.format(boot=verdict._BOOT, plan='{"seed": 4242}', vm="",
+                                            key="tfs_probe_vm.f")}
     r = execute_task({"student": "s", "assignment": "t", "notebook": nbformat.writes(nb).encode(),
                       "limits": asdict(Limits(cell_timeout=60, notebook_timeout=300)),
                       "sandbox": False, "probes": [probe]})
     out = nbformat.reads(r["notebook"], as_version=4)
     printed = "".join(o.get("text", "") for o in out.cells[-1].outputs)
     assert "y = 1" in printed and "def f()" in printed, printed
-    for secret in ("9173", "4242", "HIDDEN", "SECRET", "__tfs_b"):
+    for secret in ("9173", "4241", "4242", "HIDDEN", "SECRET", "__tfs_b", "kernel_"):
         assert secret not in printed, (secret, printed)
     assert [c.execution_count for c in out.cells] == [1, 2, 3, 4, 5]
     assert "Out[4]" not in printed and "{4: 1}" in printed, printed   # y's result, at its own number
-    assert out.cells[2].outputs == [] and r["probes"]["f"]["docs"] == []
+    assert out.cells[2].outputs == [] and r["probes"]["f"] == {"docs": [], "error": None}

@@ -152,11 +152,16 @@ def insert_probes(nb, probes):
     for c in nb.cells:
         c.get("metadata", {}).pop("tfsgrade_probe", None)
     for p in probes:
-        cell = nbformat.v4.new_code_cell(p["source"])
-        nonce = os.urandom(12).hex()
-        cell.metadata["tfsgrade_probe"] = nonce
-        nb.cells.insert(_probe_place(nb, p), cell)
-        made[nonce] = p["exercise"]
+        at = _probe_place(nb, p)
+        for source in (p.get("guard"), p["source"]):   # the guard cell, then the probe cell
+            if source is None:
+                continue
+            cell = nbformat.v4.new_code_cell(source)
+            nonce = os.urandom(12).hex()
+            cell.metadata["tfsgrade_probe"] = nonce
+            nb.cells.insert(at, cell)
+            at += 1
+            made[nonce] = p["exercise"]
     return made
 
 
@@ -190,14 +195,13 @@ def strip_probes(nb, probe_cells, events, seconds):
                 stray.append(len(keep))
             keep.append(c)
             continue
-        docs, error = [], None
+        got = probes.setdefault(ex, {"docs": [], "error": None})   # its guard cell, then itself
         for o in c.get("outputs", []):
             data = o.get("data", {}) if o.get("output_type") in ("display_data", "execute_result") else {}
             if PROBE_MIME in data and isinstance(data[PROBE_MIME], dict):
-                docs.append(data[PROBE_MIME])
-            elif o.get("output_type") == "error":
-                error = f"{o.get('ename')}: {str(o.get('evalue'))[:300]}"
-        probes[ex] = {"docs": docs, "error": error}
+                got["docs"].append(data[PROBE_MIME])
+            elif o.get("output_type") == "error" and got["error"] is None:
+                got["error"] = f"{o.get('ename')}: {str(o.get('evalue'))[:300]}"
     out_events = []
     for e in events:
         e = dict(e)
@@ -357,16 +361,27 @@ class Run:
             c0.nb.cells[k] = own
 
     def replay(self, c0):
-        """After a restart: the cells done so far, again, silently."""
+        """After a restart: the cells done so far, again, silently, to restore the kernel's
+        state. A replay never changes a result: every cell keeps the outputs of its first run
+        (nbclient would put the replayed copy in its place), and the probe's cells are not
+        replayed (a submission that crashed its kernel on purpose would otherwise have its
+        checks run again on answers it computed after seeing the first run's inputs; and a
+        guard cell without its probe cell would leave its guard on)."""
         replayed = []
         for k in self.done:
             if time.monotonic() > self.deadline:
                 raise BudgetSpent()
-            if self.quiet(k):
-                self.run_quiet(c0, copy.deepcopy(self.cells[k]), k)
-                replayed.append(self.cells[k].source)
-            else:
-                c0.execute_cell(copy.deepcopy(self.cells[k]), k, store_history=False)
+            own = self.cells[k]
+            if _probe_of(own, self.probe_cells) is not None:
+                continue
+            try:
+                if self.quiet(k):
+                    self.run_quiet(c0, copy.deepcopy(own), k)
+                    replayed.append(own.source)
+                else:
+                    c0.execute_cell(copy.deepcopy(own), k, store_history=False)
+            finally:
+                c0.nb.cells[k] = own
         if replayed:
             self.forget(c0, self.done[-1], replayed, 0)
 

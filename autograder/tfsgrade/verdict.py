@@ -2,15 +2,15 @@
 (`tfscratch.specs`) is scored here, outside the student's process.
 
 - `prepare(assignment, seed)` / `reference_wants(plans)`: what goes into the sandbox with the
-  notebook, and what the reference gives on it. For each exercise, a probe cell holding the
+  notebook, and what the reference gives on it. For each exercise, a guard cell holding the
   probe machine's text (`tfscratch/specs/fixtures.py` then `vm.py`, run as one fresh module, so nothing the student
-  patched in the course package is used) and the plan, whose inputs are drawn from the task's
-  own seed (`Settings.item_seed`: per student and per submission, from the instructor's
+  patched in the course package is used), which puts the shortcut guard on, and a probe cell
+  holding the plan, whose inputs are drawn from the task's own seed (`Settings.item_seed`: per student and per submission, from the instructor's
   secret); and the reference's captures on the same plan. Both run in the Dask worker
   (`run.run_task`), outside the sandbox, so a class's reference runs are spread over the
   workers like its notebooks.
-  The runner puts each probe cell right before the exercise's first graded test cell, so it
-  sees exactly what the test cells see, and returns what it captured (npz, never pickle).
+  The runner puts each guard and probe cell right before the exercise's first graded test
+  cell, so the probe sees exactly what the test cells see, and returns what it captured (npz, never pickle).
 - `decode(...)`: the captures back, checked before anything is decompressed: exactly one
   capture per probe of the plan, in the plan's order, naming only that probe's keys, with
   declared sizes (base64 length, the zip's central directory, each array's npy header) within
@@ -61,23 +61,37 @@ ITEM_CAP = 64 * 2**20                      # everything one submission's probes 
 B64_CAP = 6 * 2**20                        # one capture's text (the runner keeps 4 MB a cell)
 MAX_MEMBERS = 4096                         # arrays in one capture
 
-# The probe cell. Only the builtins module and the probe machine's own module are used: a name
-# the student bound (`from torch import *` binds `compile`; `max`, `sum`, `print`, `exec`,
+# The probe's two cells (tfscratch.specs.vm, "in the grading sandbox"): the guard cell holds the
+# probe machine's text and the plan's head, nothing drawn for the submission, and puts the
+# guard on; the probe cell, run right after it, holds the plan with its inputs and runs it
+# under that guard. Only the builtins module and the probe machine's own module are used: a
+# name the student bound (`from torch import *` binds `compile`; `max`, `sum`, `print`, `exec`,
 # `globals`...) is never looked up. The boot code runs in its own namespace; at the end it
 # drops the cell's text from linecache (the plan is not left in the kernel for later cells).
-_BOOT = '''import linecache, sys, types
+# The machine passes from the guard cell to the probe cell under `key` in sys.modules.
+_BOOT_GUARD = '''import linecache, sys, types
 try:
     m = types.ModuleType("tfs_probe_vm")
     m.__dict__["__builtins__"] = __builtins__
     exec(compile(vm_source, "tfs_probe_vm", "exec"), m.__dict__)
-    m.kernel_main(plan, user_ns)
+    m.kernel_guard(plan, user_ns)
+    sys.modules[key] = m
+finally:
+    linecache.cache.pop(sys._getframe(0).f_back.f_code.co_filename, None)
+'''
+_BOOT = '''import linecache, sys
+try:
+    m = sys.modules.pop(key, None)
+    if m is None:
+        raise RuntimeError("the independent check's guard cell did not run before it")
+    m.kernel_run(plan, user_ns)
 finally:
     linecache.cache.pop(sys._getframe(0).f_back.f_code.co_filename, None)
 '''
 _CELL = '''import builtins as __tfs_b
 try:
     __tfs_b.exec({boot!r}, {{"__builtins__": __tfs_b, "__name__": "tfs_probe_boot",
-        "user_ns": __tfs_b.globals(), "vm_source": {vm!r}, "plan": {plan!r}}})
+        "user_ns": __tfs_b.globals(), "vm_source": {vm!r}, "plan": {plan!r}, "key": {key!r}}})
 finally:
     del __tfs_b
 '''
@@ -94,15 +108,25 @@ def dask_setup(worker=None) -> None:
         pass
 
 
+def _key(plan: dict) -> str:
+    return "tfs_probe_vm." + plan["exercise"]
+
+
+def guard_source(plan: dict) -> str:
+    """The guard cell: the machine and the plan's head (no inputs)."""
+    return _CELL.format(boot=_BOOT_GUARD, vm=VM_SOURCE, plan=json.dumps(vm.head(plan)), key=_key(plan))
+
+
 def cell_source(plan: dict) -> str:
-    return _CELL.format(boot=_BOOT, vm=VM_SOURCE, plan=json.dumps(plan))
+    """The probe cell: the plan, its inputs included, for the machine the guard cell left."""
+    return _CELL.format(boot=_BOOT, vm="", plan=json.dumps(plan), key=_key(plan))
 
 
 def prepare(assignment: str, seed: int) -> tuple[list, list]:
     """([probe cell], plans) for one task: each exercise's plan built once, for its probe cell
     and for the reference's run (`wants`)."""
     plans = [(ex, *engine.build_plan(ex, seed)) for ex in engine.specs_for(assignment)]
-    cells = [{"exercise": ex.name, "cells": sorted(ex.cells()),
+    cells = [{"exercise": ex.name, "cells": sorted(ex.cells()), "guard": guard_source(plan),
               "source": cell_source(dict(plan, tensors=vm.pack(tensors)))}
              for ex, plan, tensors in plans]
     return cells, plans

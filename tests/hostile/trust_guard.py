@@ -92,6 +92,85 @@ def softmax(x, dim=-1):
     return e / e.sum(dim=dim, keepdim=True)
 """
 
+# Both cheats below give the forbidden built-in's values and a naive softmax's gradient; on
+# their own (the cheat foiled) they are that naive softmax, which overflows on far-apart logits.
+_NAIVE = """import torch.nn.functional as _F
+
+def _naive(x, dim):
+    e = x.exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+def _key(x, dim):
+    try:
+        return (x.detach().numpy().tobytes(), tuple(x.shape), dim)
+    except Exception:
+        return None
+"""
+
+# an audit hook, set before the check, that reads the probe cell's packed inputs as IPython
+# compiles the cell and computes F.softmax on every one of them, along every axis, at once;
+# softmax then hands out those answers. Before the guard cell existed, the hook ran before the
+# guard went on; now it runs under it, and the refused call voids the check.
+AUDIT_HOOK = _NAIVE + """import base64 as _b64, io as _io, re as _re, sys as _sys
+import numpy as _np
+_SEEN = {}
+
+_softmax = getattr(_F, bytes([115, 111, 102, 116, 109, 97, 120]).decode())   # F.softmax, unseen
+
+def _peek(event, args):
+    if event != "compile" or not args or type(args[0]) not in (str, bytes):
+        return
+    text = args[0] if type(args[0]) is str else args[0].decode("utf-8", "replace")
+    try:
+        for m in _re.finditer(r'"tensors": "([A-Za-z0-9+/=]{8,})"', text):
+            with _np.load(_io.BytesIO(_b64.b64decode(m.group(1)))) as z:
+                for k in z.files:
+                    a = z[k]
+                    for d in range(-a.ndim, a.ndim) if a.dtype.kind == "f" else ():
+                        try:
+                            _SEEN[(a.tobytes(), a.shape, d)] = _softmax(torch.from_numpy(a), dim=d)
+                        except Exception:
+                            pass
+    except Exception:
+        pass
+
+_sys.addaudithook(_peek)
+
+def softmax(x, dim=-1):
+    y = _naive(x, dim)
+    got = _SEEN.get(_key(x, dim))
+    return y if got is None or got.dtype != x.dtype else got + (y - y.detach()).nan_to_num(0.0)
+"""
+
+# softmax keeps every input it is called with on disk; the next exercise's cell computes
+# F.softmax on them (no guard on then), stores the answers and kills the kernel, so that the
+# runner replays the cells done so far in a fresh kernel, where softmax hands out the answers.
+# A replay never changes a result (the probe's cells are not replayed; every cell keeps its
+# first run's outputs): softmax keeps the naive softmax's grades, and the cell that killed the
+# kernel loses its exercise.
+REPLAY = _NAIVE + """import os as _os
+_SEEN = []
+
+def softmax(x, dim=-1):
+    y, key = _naive(x, dim), _key(x, dim)
+    if key is None:
+        return y
+    if _os.path.exists("_answers.pt"):
+        got = torch.load("_answers.pt", weights_only=False).get(key)
+        return y if got is None or got.dtype != x.dtype else got + (y - y.detach()).nan_to_num(0.0)
+    _SEEN.append((x.detach().clone(), dim))
+    torch.save(_SEEN, "_seen.pt")
+    return y
+"""
+CRASH = """import os as _os2
+if _os2.path.exists("_seen.pt") and not _os2.path.exists("_answers.pt"):
+    _sm = getattr(torch, bytes([115, 111, 102, 116, 109, 97, 120]).decode())   # torch.softmax, unseen
+    torch.save({(a.numpy().tobytes(), tuple(a.shape), d): _sm(a, dim=d)
+                for a, d in torch.load("_seen.pt", weights_only=False)}, "_answers.pt")
+    _os2._exit(1)
+
+"""
+
 MEMORY_CELLS = ("test_flash_attention_memory", "test_flash_attention_random")
 
 EXPECT = {  # (assignment, student): (the graded cells that score 0, what the feedback says)
@@ -102,6 +181,9 @@ EXPECT = {  # (assignment, student): (the graded cells that score 0, what the fe
     (A10, "guard_naive_queue"): (MEMORY_CELLS, "every thread counted"),
     # alive beside every later check: all of 01's exercises lose their points
     (A01, "guard_double_fork"): (("softmax", "scaled_dot_product_attention"), "double fork"),
+    (A01, "guard_audit_hook"): (("softmax",), "while the independent check was receiving its inputs"),
+    (A01, "guard_replay"): (("test_softmax_stable", "test_softmax_random", "scaled_dot_product_attention"),
+                            "kernel died"),
 }
 
 
@@ -111,5 +193,9 @@ def students():
             ("guard_pool", A01, student_notebook(A01, dict(s01, softmax=LOG_SOFTMAX_POOL))),
             ("guard_aten_queue", A01, student_notebook(A01, dict(s01, softmax=ATEN_QUEUE))),
             ("guard_double_fork", A01, student_notebook(A01, dict(s01, softmax=DOUBLE_FORK))),
+            ("guard_audit_hook", A01, student_notebook(A01, dict(s01, softmax=AUDIT_HOOK))),
+            ("guard_replay", A01, student_notebook(A01, dict(
+                s01, softmax=REPLAY,
+                scaled_dot_product_attention=CRASH + s01["scaled_dot_product_attention"]))),
             ("guard_naive_pool", A10, student_notebook(A10, dict(s10, flash_attention=NAIVE_POOL))),
             ("guard_naive_queue", A10, student_notebook(A10, dict(s10, flash_attention=NAIVE_QUEUE)))]

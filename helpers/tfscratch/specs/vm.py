@@ -3,9 +3,10 @@
 The same code runs in two places:
 
 - in the grading sandbox, inside the student's kernel, on the student's object: the grader
-  embeds this file's *text* in a probe cell (so nothing the student patched in
-  `tfscratch` is used), runs it right after the exercise's solution cell, and reads the
-  captures back from the cell's output as an `.npz` (never pickle);
+  embeds this file's *text* in a guard cell (so nothing the student patched in `tfscratch`
+  is used) that puts the shortcut guard on, then sends the plan with its inputs in a probe
+  cell right after it (`kernel_guard`, `kernel_run`), and reads the captures back from the
+  cell's output as an `.npz` (never pickle);
 - in the coordinator, on the course's reference object, with the same plan: what the
   reference captures is what the student's object should have captured.
 
@@ -441,6 +442,13 @@ class _Guard:
     def start(self) -> None:
         self.trips.clear()
 
+    def waited(self) -> None:
+        """Before the first probe: a shortcut that ran since the guard went on (while the
+        check's inputs were on their way in) voids every probe of the plan."""
+        if self.trips and not self.problem:
+            self.problem = ("ShortcutUsed: code of yours ran while the independent check was "
+                            f"receiving its inputs. {self.trips[0]}")
+
     def check(self) -> str | None:
         """Why the probe that just ran cannot count, or None."""
         if self.problem:
@@ -808,6 +816,28 @@ def _get_attr(obj, dotted):
     return obj
 
 
+def _guarded(plan: dict) -> bool:
+    """Whether the plan has rules a process beside it could dodge: forbidden shortcuts or a
+    memory allowance."""
+    return bool(plan.get("forbid")) or any(c.get("memory_limit") for p in plan.get("probes", ())
+                                           for c in p.get("calls", []))
+
+
+def head(plan: dict) -> dict:
+    """What the guard needs of a plan, and nothing drawn for the submission: the exercise, its
+    target's name, the forbidden groups and whether the plan is guarded. In the grading
+    sandbox it travels in a cell of its own (the guard cell), ahead of the inputs."""
+    return {"exercise": plan["exercise"], "target": plan["target"],
+            "forbid": plan.get("forbid"), "guarded": _guarded(plan)}
+
+
+def open_guard(plan_head: dict, namespace: dict, strict: bool = False) -> _Guard:
+    """The plan's shortcut guard, on (entered): `.__exit__()` takes it off."""
+    forbid = plan_head.get("forbid")
+    return _Guard(forbid, strict=strict and plan_head["guarded"],
+                  preload_compile=bool(forbid) and _names_compile(namespace)).__enter__()
+
+
 def run_plan(plan: dict, namespace: dict, tensors: dict | None = None, emit=None,
              strict: bool = False) -> dict:
     """Run every probe of a plan on `namespace[plan['target']]`, with the shortcut guard of
@@ -816,32 +846,60 @@ def run_plan(plan: dict, namespace: dict, tensors: dict | None = None, emit=None
     also refuses the probes of a guarded plan (forbidden shortcuts or a memory rule) when a
     process of the student's runs beside them.
     Returns {"caps": arrays, "meta": {...}} merged over all probes."""
+    guard = open_guard(head(plan), namespace, strict)
+    try:
+        return _run_probes(plan, namespace, tensors, emit, guard)
+    finally:
+        guard.__exit__()
+
+
+def _run_probes(plan: dict, namespace: dict, tensors, emit, guard: _Guard) -> dict:
     tensors = unpack(plan.get("tensors", "")) if tensors is None else tensors
     caps, meta = {}, {}
     target = _lookup(namespace, plan["target"])
-    guarded = bool(plan.get("forbid")) or any(c.get("memory_limit") for p in plan["probes"]
-                                              for c in p.get("calls", []))
-    with _Guard(plan.get("forbid"), strict=strict and guarded,
-                preload_compile=bool(plan.get("forbid")) and _names_compile(namespace)) as guard:
-        for probe in plan["probes"]:
-            if target is None:
-                c, m = {}, {f"{probe['name']}.error": f"NameError: {plan['target']!r} is not defined"}
-            else:
-                c, m = run_probe(probe, target, tensors, namespace, guard)
-            caps.update(c)
-            meta.update(m)
-            if emit is not None:
-                emit({"exercise": plan["exercise"], "probe": probe["name"], "caps": pack(c),
-                      "meta": m})
+    guard.waited()
+    for probe in plan["probes"]:
+        if target is None:
+            c, m = {}, {f"{probe['name']}.error": f"NameError: {plan['target']!r} is not defined"}
+        else:
+            c, m = run_probe(probe, target, tensors, namespace, guard)
+        caps.update(c)
+        meta.update(m)
+        if emit is not None:
+            emit({"exercise": plan["exercise"], "probe": probe["name"], "caps": pack(c),
+                  "meta": m})
     return {"caps": caps, "meta": meta}
 
 
-def kernel_main(plan_json: str, namespace: dict) -> None:
-    """Entry point of the probe cell in the student's kernel."""
+# -- in the grading sandbox: two cells, the guard first, then the inputs ----------------------
+# The guard cell carries this machine and the plan's head (`head`), nothing drawn for the
+# submission; it puts the guard on and leaves it on. The probe cell, run right after it,
+# carries the whole plan, inputs included. So whatever of the student's sees the inputs on
+# their way in (an audit hook on the cell's compile, a trace function, a thread, a
+# pre_execute or input-transformer hook, a gc callback) runs with the guard already on: a
+# forbidden built-in it calls is refused and voids the check, and the memory rule and the
+# child-process check are in force.
+
+_PENDING: dict = {}           # the guard cell's guard, until the probe cell takes it
+
+
+def kernel_guard(head_json: str, namespace: dict) -> None:
+    """Entry point of the guard cell in the student's kernel."""
+    plan_head = json.loads(head_json)
+    _PENDING["guard"] = open_guard(plan_head, namespace, strict=True)
+
+
+def kernel_run(plan_json: str, namespace: dict) -> None:
+    """Entry point of the probe cell: the plan's probes, under the guard the guard cell put
+    on, which comes off at the end."""
     from IPython.display import display
     plan = json.loads(plan_json)
+    guard = _PENDING.pop("guard")
 
     def emit(doc):
         display({MIME: doc, "text/plain": f"[independent check: {doc['exercise']}/{doc['probe']}]"},
                 raw=True)
-    run_plan(plan, namespace, emit=emit, strict=True)
+    try:
+        _run_probes(plan, namespace, None, emit, guard)
+    finally:
+        guard.__exit__()
