@@ -701,8 +701,8 @@ class Decoder(nn.Module):
     def __init__(self, n_layers, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__()
         ### BEGIN SOLUTION
-        self.layers = nn.ModuleList(
-            DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers))
+        self.layers = nn.ModuleList([DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
+                                     for _ in range(n_layers)])  # n_layers separate layers
         self.norm = nn.LayerNorm(d_model)
         ### END SOLUTION
 

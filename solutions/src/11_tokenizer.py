@@ -352,15 +352,12 @@ class Tokenizer:
                 rank, best = min((self.ranks.get(p, len(self.ranks)), p) for p in zip(parts, parts[1:]))
                 if rank == len(self.ranks):
                     break
-                merged, j = [], 0
-                while j < len(parts):
-                    if j + 1 < len(parts) and (parts[j], parts[j + 1]) == best:
-                        merged.append(parts[j] + parts[j + 1])
-                        j += 2
+                j = 0
+                while j < len(parts) - 1:  # every occurrence, left to right, in place
+                    if (parts[j], parts[j + 1]) == best:
+                        parts[j:j + 2] = [parts[j] + parts[j + 1]]  # never pairs with best again
                     else:
-                        merged.append(parts[j])
                         j += 1
-                parts = merged
             return [self.ids[p] for p in parts]
 
         ids = []

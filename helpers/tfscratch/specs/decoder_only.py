@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from . import engine, vm
 from .engine import (Diagnosis, Exercise, Probe, call, ctor, fixture, given, grades, like, prev,
-                     randint, randn, shapes, when)
+                     randint, randn, shapes, variants, when)
 from .transformer import _Seeded
 
 ASSIGNMENT = "08_decoder_only"
@@ -539,6 +539,11 @@ def _model_wrong(ref, tokens, past_kv=None, use_cache=False, at=None, scale=True
     return logits.softmax(-1) if probs else logits
 
 
+def _model_with(**mistake):
+    """The reference model's logits with these of `_model_wrong`'s mistakes (for `replay`)."""
+    return partial(_model_wrong, **mistake)
+
+
 def _wrong_start(e):
     """The first position a cached step gave its new tokens, when one start per call explains
     the student's logits and it is not the number of cached tokens; else None."""
@@ -598,22 +603,31 @@ LM_DIAGNOSES = [
     when("the positional table was sliced along the wrong axis: tokens are (B, T), so slice "
          "pe[offset : offset + T] with T = tokens.size(1) (size(0) is the batch).",
          lambda e: "must match the size of tensor" in e.error),
-    replay("the logits come out as probabilities: forward must return raw logits (no softmax); "
-           "F.cross_entropy and generate apply it themselves.", partial(_model_wrong, probs=True)),
-    replay("the token embeddings are not multiplied by sqrt(d_model).", partial(_model_wrong, scale=False)),
-    replay("sqrt(d_model) multiplies the positional encoding too: scale the embeddings first, "
-           "then add the positions.", partial(_model_wrong, scale_after_pe=True)),
-    replay("no positional encoding: add pe[offset : offset + T] to the scaled embeddings (without "
-           "it the model cannot tell word order).", partial(_model_wrong, pe=False)),
-    replay("every token got the encoding of position 0 (pe[:1] or pe[0] broadcast over the "
-           "sequence, a positional table sliced along the wrong axis): add pe[offset : offset + "
-           "T], one row per position.",
-           partial(_model_wrong, at=0, first_row=True)),
-    replay("the blocks are post-norm (norm after the residual add); this model is pre-norm like "
-           "GPT-2: x = x + attn(norm1(x)); x = x + ff(norm2(x)).", partial(_model_wrong, prenorm=False)),
-    replay("the final LayerNorm (`norm`) before lm_head is missing.", partial(_model_wrong, final_norm=False)),
-    replay("the residual connections are missing: x = x + attn(norm1(x)), not "
-           "x = attn(norm1(x)).", partial(_model_wrong, residual=False)),
+    *variants(_model_with, [
+        ({"probs": True},
+         "the logits come out as probabilities: forward must return raw logits (no softmax); "
+         "F.cross_entropy and generate apply it themselves."),
+        ({"scale": False},
+         "the token embeddings are not multiplied by sqrt(d_model)."),
+        ({"scale_after_pe": True},
+         "sqrt(d_model) multiplies the positional encoding too: scale the embeddings first, "
+         "then add the positions."),
+        ({"pe": False},
+         "no positional encoding: add pe[offset : offset + T] to the scaled embeddings (without "
+         "it the model cannot tell word order)."),
+        ({"at": 0, "first_row": True},
+         "every token got the encoding of position 0 (pe[:1] or pe[0] broadcast over the "
+         "sequence, a positional table sliced along the wrong axis): add pe[offset : offset + "
+         "T], one row per position."),
+        ({"prenorm": False},
+         "the blocks are post-norm (norm after the residual add); this model is pre-norm like "
+         "GPT-2: x = x + attn(norm1(x)); x = x + ff(norm2(x))."),
+        ({"final_norm": False},
+         "the final LayerNorm (`norm`) before lm_head is missing."),
+        ({"residual": False},
+         "the residual connections are missing: x = x + attn(norm1(x)), not "
+         "x = attn(norm1(x))."),
+    ], make=replay),
     when("the position offset is missing: in a cached step the new tokens got the encodings "
          "of positions 0, 1, ... again, but they come after the cached ones. Add "
          "pe[offset : offset + T] with offset = the number of cached tokens "

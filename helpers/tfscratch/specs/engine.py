@@ -267,6 +267,16 @@ def when(message: str, pred: Callable, probes: tuple = ()) -> Diagnosis:
     return Diagnosis(message, pred, tuple(probes))
 
 
+def variants(family: Callable, table, probes: tuple = (), make: Callable = when) -> list[Diagnosis]:
+    """One diagnosis per row of a table of wrong variants of one formula: `table` maps each
+    variant (a name, or a dict of keyword arguments) to its message, as a dict or as
+    (variant, message) pairs; `make(message, family(variant), probes)` is its diagnosis (`when`:
+    family gives the test that the student's output follows that variant; `like`: the wrong
+    formula itself). A new variant of a family is one row."""
+    rows = table.items() if isinstance(table, dict) else table
+    return [make(msg, family(**v) if isinstance(v, dict) else family(v), probes) for v, msg in rows]
+
+
 @dataclass(frozen=True)
 class Graded:
     """One graded test cell of an exercise, in the notebook's order. `make release` writes it

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from .engine import (ATOL, Exercise, Probe, RTOL, batch, call, ctor, grades, label, like,
-                     part, randn, shapes, when)
+                     part, randn, shapes, variants, when)
 
 
 # -- special comparisons --------------------------------------------------------------------
@@ -132,6 +132,14 @@ def _x(B, L, d, scale=1.0):
     return randn(B, L, d, scale=scale)
 
 
+def _random_pe(name, shape, kwargs, with_table, what):
+    """A probe of the hidden `random` cell: PositionalEncoding(d, **kwargs) in eval mode on a
+    random (B, L, d) input (x3), and its table (`after=("pe",)`) when `with_table`."""
+    return Probe(name, ("random",), [call(_x(*shape, scale=3.0))],
+                 after=("pe",) if with_table else (), make=ctor(shape[-1], **kwargs), mode="eval",
+                 compare=_buffer() if with_table else _close_by_position, what=what)
+
+
 def _forward_checked(B, L, d):
     """A forward whose input gradient is compared too (it equals the upstream gradient): an
     in-place add on x, or a forward under no_grad, fails here."""
@@ -200,24 +208,32 @@ SPE_DIAGNOSES = [
          "torch.from_numpy(...).float().", _not_a_tensor),
     when("the table is transposed, (d_model, max_len): one row per position, one column per "
          "dimension: (max_len, d_model).", _transposed),
-    mistake("sin and cos are swapped: even columns (0, 2, 4, ...) hold sin, odd columns cos, "
-            "so row 0 (every angle 0) is [0, 1, 0, 1, ...].", _table_like(swap=True)),
-    mistake("the table is [all sines | all cosines] (concatenated halves); the encoding "
-            "interleaves them: column 2i is sin, column 2i+1 is cos of the same frequency.",
-            _table_like(concat=True)),
-    mistake("the exponent uses i/d_model where it should be 2i/d_model (with i the pair index; "
-            "torch.arange(0, d_model, 2) already gives the 2i values).", _table_like(rule="i")),
-    mistake("every column got its own frequency base^(-j/d_model) (j = the column index): a "
-            "sin/cos pair 2i, 2i+1 must share one frequency, base^(-2i/d_model).",
-            _table_like(per_column=True)),
-    mistake("the frequencies grow instead of shrinking: multiply pos by base^(-2i/d_model) (or "
-            "divide by base^(2i/d_model)), not by base^(+2i/d_model).", _table_like(rule="sign")),
-    mistake("every frequency is 1: an integer division (2*i // d_model is 0) or a lost "
-            "exponent; use float division, 2*i / d_model.", _table_like(rule="one")),
-    mistake("positions start at 1; the first position is 0 (torch.arange(max_len)), so row 0 "
-            "is [0, 1, 0, 1, ...].", _table_like(shift=1)),
-    mistake("you used log10 in exp(-log(base) * 2i / d_model); the exp/log form needs the "
-            "natural log, math.log(base).", _table_like(rule="log10")),
+    *variants(_table_like, [
+        ({"swap": True},
+         "sin and cos are swapped: even columns (0, 2, 4, ...) hold sin, odd columns cos, "
+         "so row 0 (every angle 0) is [0, 1, 0, 1, ...]."),
+        ({"concat": True},
+         "the table is [all sines | all cosines] (concatenated halves); the encoding "
+         "interleaves them: column 2i is sin, column 2i+1 is cos of the same frequency."),
+        ({"rule": "i"},
+         "the exponent uses i/d_model where it should be 2i/d_model (with i the pair index; "
+         "torch.arange(0, d_model, 2) already gives the 2i values)."),
+        ({"per_column": True},
+         "every column got its own frequency base^(-j/d_model) (j = the column index): a "
+         "sin/cos pair 2i, 2i+1 must share one frequency, base^(-2i/d_model)."),
+        ({"rule": "sign"},
+         "the frequencies grow instead of shrinking: multiply pos by base^(-2i/d_model) (or "
+         "divide by base^(2i/d_model)), not by base^(+2i/d_model)."),
+        ({"rule": "one"},
+         "every frequency is 1: an integer division (2*i // d_model is 0) or a lost "
+         "exponent; use float division, 2*i / d_model."),
+        ({"shift": 1},
+         "positions start at 1; the first position is 0 (torch.arange(max_len)), so row 0 "
+         "is [0, 1, 0, 1, ...]."),
+        ({"rule": "log10"},
+         "you used log10 in exp(-log(base) * 2i / d_model); the exp/log form needs the "
+         "natural log, math.log(base)."),
+    ], make=mistake),
     mistake("the base argument is ignored: the table was built with 10000 whatever base was "
             "passed. Use base in place of the constant 10000.",
             lambda max_len, d_model, base=10000.0: None if base == 10000.0 else _pe64(max_len, d_model)),
@@ -481,25 +497,18 @@ EXERCISES = [
               [call(_x(3, 12, 16)), call(_x(4, 9, 16))],
               make=ctor(16, max_len=40, dropout=0.5), mode="train", compare=_dropout(0.5),
               what="dropout=0.5 in train mode (on x + pe, about half the outputs 0)"),
-        Probe("random", ("random",),
-              [call(_x(2, 9, 32, scale=3.0))], after=("pe",),
-              make=ctor(32, max_len=64), mode="eval", compare=_buffer(),
-              what="PositionalEncoding(32, max_len=64) on (2, 9, 32), and its table"),
-        Probe("random dropout", ("random",),
-              [call(_x(1, 37, 48, scale=3.0))],
-              make=ctor(48, max_len=100, dropout=0.3), mode="eval", compare=_close_by_position,
-              what="PositionalEncoding(48, max_len=100, dropout=0.3) in eval mode on (1, 37, 48)"),
-        Probe("random small", ("random",),
-              [call(_x(7, 7, 10, scale=3.0))], after=("pe",),
-              make=ctor(10, max_len=7, dropout=0.1), mode="eval", compare=_buffer(),
-              what="PositionalEncoding(10, max_len=7, dropout=0.1) on (7, 7, 10): B = L = max_len"),
-        Probe("random long", ("random",),
-              [call(_x(4, 64, 126, scale=3.0))], after=("pe",),
-              make=ctor(126, max_len=400), mode="eval", compare=_buffer(),
-              what="PositionalEncoding(126, max_len=400) on (4, 64, 126), and its table"),
-        Probe("random default", ("random",),
-              [call(_x(2, 3, 64, scale=3.0))],
-              make=ctor(64, dropout=0.5), mode="eval", compare=_close_by_position,
-              what="PositionalEncoding(64, dropout=0.5), default max_len, (2, 3, 64), eval mode"),
+        *[_random_pe(*row) for row in (
+            # name, the input's (B, L, d), PositionalEncoding's keywords, its table read too, what
+            ("random", (2, 9, 32), {"max_len": 64}, True,
+             "PositionalEncoding(32, max_len=64) on (2, 9, 32), and its table"),
+            ("random dropout", (1, 37, 48), {"max_len": 100, "dropout": 0.3}, False,
+             "PositionalEncoding(48, max_len=100, dropout=0.3) in eval mode on (1, 37, 48)"),
+            ("random small", (7, 7, 10), {"max_len": 7, "dropout": 0.1}, True,
+             "PositionalEncoding(10, max_len=7, dropout=0.1) on (7, 7, 10): B = L = max_len"),
+            ("random long", (4, 64, 126), {"max_len": 400}, True,
+             "PositionalEncoding(126, max_len=400) on (4, 64, 126), and its table"),
+            ("random default", (2, 3, 64), {"dropout": 0.5}, False,
+             "PositionalEncoding(64, dropout=0.5), default max_len, (2, 3, 64), eval mode"),
+        )],
     ]),
 ]

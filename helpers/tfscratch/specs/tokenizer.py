@@ -26,7 +26,7 @@ import regex
 import torch
 
 from . import vm
-from .engine import Exercise, Probe, call, ctor, given, grades, prev, when
+from .engine import Exercise, Probe, call, ctor, given, grades, prev, variants, when
 
 ASSIGNMENT = "11_tokenizer"
 
@@ -543,17 +543,21 @@ TOKENIZER_DIAGNOSES = [
     when("encode_iterable read the whole stream before yielding anything: make it a generator "
          "that keeps a small buffer, yields the ids of what can no longer change, and reads on "
          "(`yield from self.encode(buffer[:cut])`).", lambda e: "StreamReadTooFar" in e.error),
-    when("the special tokens were encoded as ordinary text (split into bytes and merged): cut them "
-         "out first (regex.split with a capturing group) and give each its own id.",
-         _encodes_like(special_order="none")),
-    when("overlapping special tokens were matched shortest first: `<|endoftext|><|endoftext|>` "
+    *variants(_encodes_like, [
+        ({"special_order": "none"},
+         "the special tokens were encoded as ordinary text (split into bytes and merged): cut them "
+         "out first (regex.split with a capturing group) and give each its own id."),
+        ({"special_order": "shortest"},
+         "overlapping special tokens were matched shortest first: `<|endoftext|><|endoftext|>` "
          "must be one token when it is a special token. Sort the special tokens by length, "
-         "longest first, before building the alternation.", _encodes_like(special_order="shortest")),
-    when("merges were applied across pre-token boundaries (to the whole text at once): "
-         "pre-tokenize each piece with `pretokenize` and merge inside each pre-token.",
-         _encodes_like(pretok=False)),
-    when("you applied the leftmost mergeable pair first; BPE applies the pair with the LOWEST "
-         "rank (learned earliest) first, wherever it is, and repeats.", _encodes_like(rule="left")),
+         "longest first, before building the alternation."),
+        ({"pretok": False},
+         "merges were applied across pre-token boundaries (to the whole text at once): "
+         "pre-tokenize each piece with `pretokenize` and merge inside each pre-token."),
+        ({"rule": "left"},
+         "you applied the leftmost mergeable pair first; BPE applies the pair with the LOWEST "
+         "rank (learned earliest) first, wherever it is, and repeats."),
+    ]),
     when("decode lost characters: decoding each token's bytes on its own (or bytes.decode per "
          "id) breaks Chinese characters and emoji that span several tokens. Join all the bytes "
          "first, then decode once with errors='replace'.", _decoded_per_token),

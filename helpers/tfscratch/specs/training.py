@@ -15,7 +15,7 @@ import math
 import numpy as np
 import torch
 
-from .engine import Exercise, Probe, call, fixture, given, grades, shapes, when
+from .engine import Exercise, Probe, call, fixture, given, grades, shapes, variants, when
 
 ASSIGNMENT = "12_training"
 
@@ -224,22 +224,30 @@ def _sched_follows(kind):
 
 
 SCHEDULE_DIAGNOSES = [
-    when("the warm-up is off by one: at step t < warmup_steps the rate is max_lr * t / "
-         "warmup_steps, so step 0 gives 0 and max_lr is reached at t = warmup_steps (not "
-         "(t + 1) / warmup_steps).", _sched_follows("warm+1")),
-    when("the warm-up is off by one: divide by warmup_steps, not warmup_steps - 1 (max_lr is "
-         "reached at t = warmup_steps, where the cosine takes over).", _sched_follows("warm-1")),
-    when("the cosine does not reach min_lr at cosine_steps: its progress is (t - warmup_steps) / "
-         "(cosine_steps - warmup_steps), from 0 at the end of the warm-up to 1 at cosine_steps.",
-         _sched_follows("period_c")),
-    when("the cosine starts at step 0 instead of at the end of the warm-up: use t - warmup_steps "
-         "over cosine_steps - warmup_steps.", _sched_follows("from_zero")),
-    when("min_lr is missing from the cosine: min_lr + (1 + cos(...)) / 2 * (max_lr - min_lr), so "
-         "that it decays to min_lr, not to 0.", _sched_follows("no_min")),
-    when("after cosine_steps the rate must stay at min_lr; yours keeps following the cosine back "
-         "up.", _sched_follows("no_floor")),
-    when("the cosine makes a whole period (2 pi) and comes back up: half a period, "
-         "cos(pi * progress), goes from max_lr to min_lr.", _sched_follows("full_cos")),
+    *variants(_sched_follows, {
+        "warm+1":
+            "the warm-up is off by one: at step t < warmup_steps the rate is max_lr * t / "
+            "warmup_steps, so step 0 gives 0 and max_lr is reached at t = warmup_steps (not "
+            "(t + 1) / warmup_steps).",
+        "warm-1":
+            "the warm-up is off by one: divide by warmup_steps, not warmup_steps - 1 (max_lr is "
+            "reached at t = warmup_steps, where the cosine takes over).",
+        "period_c":
+            "the cosine does not reach min_lr at cosine_steps: its progress is (t - warmup_steps) / "
+            "(cosine_steps - warmup_steps), from 0 at the end of the warm-up to 1 at cosine_steps.",
+        "from_zero":
+            "the cosine starts at step 0 instead of at the end of the warm-up: use t - warmup_steps "
+            "over cosine_steps - warmup_steps.",
+        "no_min":
+            "min_lr is missing from the cosine: min_lr + (1 + cos(...)) / 2 * (max_lr - min_lr), so "
+            "that it decays to min_lr, not to 0.",
+        "no_floor":
+            "after cosine_steps the rate must stay at min_lr; yours keeps following the cosine back "
+            "up.",
+        "full_cos":
+            "the cosine makes a whole period (2 pi) and comes back up: half a period, "
+            "cos(pi * progress), goes from max_lr to min_lr.",
+    }),
 ]
 
 
@@ -334,16 +342,21 @@ CLIP_DIAGNOSES = [
     when("`parameters` may be a generator (model.parameters()): it can be gone through only once. "
          "Make a list first (grads = [p.grad for p in parameters if p.grad is not None]), then "
          "compute the norm and scale from that list.", _generator_twice),
-    when("you clipped each parameter on its own: clipping uses ONE norm over all the gradients "
-         "together, sqrt(sum over every parameter of sum(g**2)), and scales every gradient by the "
-         "same factor, so the direction of the whole step is kept.", _clip_follows("per_param")),
-    when("you rescaled the gradients even though their norm was below max_norm: the factor is "
-         "min(1, max_norm / (norm + 1e-6)): small gradients are left as they are.",
-         _clip_follows("always")),
-    when("the total norm is not the sum of the parameters' norms: it is the square root of the sum "
-         "of ALL squared entries, sqrt(sum_p ||g_p||**2).", _clip_follows("sum_norms")),
-    when("the gradients were not changed: scale them in place (p.grad.mul_(factor)); a new tensor "
-         "assigned to a local name leaves p.grad as it was.", _clip_follows("none")),
+    *variants(_clip_follows, {
+        "per_param":
+            "you clipped each parameter on its own: clipping uses ONE norm over all the gradients "
+            "together, sqrt(sum over every parameter of sum(g**2)), and scales every gradient by the "
+            "same factor, so the direction of the whole step is kept.",
+        "always":
+            "you rescaled the gradients even though their norm was below max_norm: the factor is "
+            "min(1, max_norm / (norm + 1e-6)): small gradients are left as they are.",
+        "sum_norms":
+            "the total norm is not the sum of the parameters' norms: it is the square root of the sum "
+            "of ALL squared entries, sqrt(sum_p ||g_p||**2).",
+        "none":
+            "the gradients were not changed: scale them in place (p.grad.mul_(factor)); a new tensor "
+            "assigned to a local name leaves p.grad as it was.",
+    }),
     when("you returned the norm after clipping (always <= max_norm): return the total norm computed "
          "BEFORE scaling, as torch.nn.utils.clip_grad_norm_ does: it is what a training log shows.",
          _norm_after),
