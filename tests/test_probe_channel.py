@@ -406,21 +406,56 @@ def test_quiet_cells_leave_no_trace_in_the_kernels_history(tmp_path):
              ("y = 1\ny", None),
              ("import linecache\nprint(In, _ih, Out, _oh)\n%history\n"
               "print([''.join(v[2]) for k, v in linecache.cache.items() if len(v) > 2 and "
-              "('ipykernel' in k or k.startswith('<'))])", None))
-    machine = "def kernel_guard(plan, ns):\n    pass\ndef kernel_run(plan, ns):\n    ns['z'] = 1\n"
+              "('ipykernel' in k or k.startswith('<'))])\nprint('z is', z)", None))
+    machine = ("def kernel_guard(plan, ns):\n    pass\n"
+               "def kernel_run(plan, ns, guard_module):\n    ns['z'] = guard_module is not None\n")
     probe = {"exercise": "f", "cells": ["test_f_value"],    # the real boots, a stand-in machine
              "guard": verdict._CELL.format(boot=verdict._BOOT_GUARD, plan='{"seed": 4241}',
-                                           vm=machine, key="tfs_probe_vm.f"),
-             "source": verdict._CELL.format(boot=verdict._BOOT, plan='{"seed": 4242}', vm="",
-                                            key="tfs_probe_vm.f")}
+                                           vm=machine, key="_k"),
+             "source": verdict._CELL.format(boot=verdict._BOOT, plan='{"seed": 4242}', vm=machine,
+                                            key="_k")}
     r = execute_task({"student": "s", "assignment": "t", "notebook": nbformat.writes(nb).encode(),
                       "limits": asdict(Limits(cell_timeout=60, notebook_timeout=300)),
                       "sandbox": False, "probes": [probe]})
     out = nbformat.reads(r["notebook"], as_version=4)
     printed = "".join(o.get("text", "") for o in out.cells[-1].outputs)
     assert "y = 1" in printed and "def f()" in printed, printed
+    assert "z is True" in printed, printed        # the probe cell found the guard cell's module
     for secret in ("9173", "4241", "4242", "HIDDEN", "SECRET", "__tfs_b", "kernel_"):
         assert secret not in printed, (secret, printed)
     assert [c.execution_count for c in out.cells] == [1, 2, 3, 4, 5]
     assert "Out[4]" not in printed and "{4: 1}" in printed, printed   # y's result, at its own number
     assert out.cells[2].outputs == [] and r["probes"]["f"] == {"docs": [], "error": None}
+
+
+@pytest.mark.slow
+def test_a_later_cell_cannot_rewrite_the_checks_outputs_through_a_display_id():
+    """Runner, unsandboxed (the red-team read): a display shown in the probe cell under a display
+    id the student's code chose, then updated from a later cell with a capture of the student's
+    making, leaves the probe cell's outputs as they were; so does the same in a graded test
+    cell (its outputs are final once it ran)."""
+    from dataclasses import asdict
+
+    from tfsgrade.sandbox import execute_task
+    from tfsgrade.settings import Limits
+    real = {"exercise": "f", "probe": "p", "caps": "", "meta": {"real": 1}}
+    forged = dict(real, meta={"forged": 1})
+    machine = ("def kernel_guard(plan, ns):\n    pass\n"
+               "def kernel_run(plan, ns, guard_module):\n"
+               "    from IPython.display import display\n"
+               f"    display({{{vm.MIME!r}: {real!r}}}, raw=True, display_id='slot')\n")
+    nb = _nb(("def f(): return 1", _sol("f")),
+             ("from IPython.display import display\nassert f() == 1\n"
+              "display({'text/plain': 'passed'}, raw=True, display_id='mine')", _test("test_f_value")),
+             ("from IPython.display import update_display\n"
+              f"update_display({{{vm.MIME!r}: {forged!r}}}, raw=True, display_id='slot')\n"
+              "update_display({'text/plain': 'rewritten'}, raw=True, display_id='mine')", None))
+    probe = {"exercise": "f", "cells": ["test_f_value"],
+             "guard": verdict._CELL.format(boot=verdict._BOOT_GUARD, plan="{}", vm=machine, key="_k"),
+             "source": verdict._CELL.format(boot=verdict._BOOT, plan="{}", vm=machine, key="_k")}
+    r = execute_task({"student": "s", "assignment": "t", "notebook": nbformat.writes(nb).encode(),
+                      "limits": asdict(Limits(cell_timeout=60, notebook_timeout=300)),
+                      "sandbox": False, "probes": [probe]})
+    assert r["probes"]["f"] == {"docs": [real], "error": None}, r["probes"]
+    out = nbformat.reads(r["notebook"], as_version=4)
+    assert "passed" in json.dumps(out.cells[1].outputs) and "rewritten" not in json.dumps(out.cells[1].outputs)

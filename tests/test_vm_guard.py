@@ -14,6 +14,7 @@ Against the probe machine before this change (vm.run_plan ignored `forbid` and `
 HEAD's helpers/ first on PYTHONPATH) every case fails except the honest ones, which must pass
 there too."""
 import concurrent.futures as cf
+import json
 import math
 import queue
 import subprocess
@@ -533,3 +534,115 @@ def test_the_target_is_found_without_running_a_key_of_the_learners():
     calls.clear()
     assert vm._lookup(ns, "softmax") is torch.softmax and calls == []
     assert vm._lookup({"__name__": "x"}, "softmax") is None
+
+
+# ------------------------------------------- the guard cell, then the probe cell (the sandbox)
+
+def _plan_softmax(x):
+    call = {"args": [{"$t": "t0"}], "kwargs": {}}
+    return {"exercise": "f", "target": "f", "probes": [{"name": "p", "calls": [call]}],
+            "forbid": shortcuts.plan_rows(("softmax",)), "tensors": vm.pack({"t0": np.asarray(x)})}
+
+
+def _two_cells(plan, ns, between=lambda: None, guard_module=vm):
+    """The guard cell's call, `between()` (what the student's code does in the gap), then the
+    probe cell's takeover and probes: the probe's error."""
+    vm.kernel_guard(json.dumps(vm.head(plan)), ns)
+    original = dict(vm._PENDING["state"])
+    try:
+        between()
+    finally:
+        guard = vm._adopt(guard_module, plan)
+        vm._PENDING.clear()
+    if guard.problem:                  # not taken over: the guard cell's guard comes off here
+        left = vm._Guard.__new__(vm._Guard)
+        left.__dict__.update(original)
+        left.__exit__()
+    try:
+        return vm._run_probes(plan, ns, None, None, guard)["meta"].get("p.error")
+    finally:
+        guard.__exit__()
+
+
+def _own_softmax(x):
+    e = (x - x.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def test_the_probe_cell_takes_over_the_guard_cells_guard():
+    x = torch.randn(3, 5)
+    assert _two_cells(_plan_softmax(x), {"f": _own_softmax}) is None
+    assert "Shortcut used" in _two_cells(_plan_softmax(x), {"f": lambda t: torch.softmax(t, -1)})
+    assert torch.softmax(x, -1).shape == (3, 5)          # and the guard is off afterwards
+
+
+def test_a_shortcut_between_the_two_cells_voids_the_check():
+    """What an audit hook, a thread or a pre_execute hook of the student's does while the
+    inputs arrive runs under the guard: a refused call voids every probe, even if caught."""
+    x = torch.randn(3, 5)
+
+    def peek():
+        try:
+            torch.softmax(x, -1)
+        except Exception:  # noqa: BLE001 - the cheat hides the refusal
+            pass
+    err = _two_cells(_plan_softmax(x), {"f": _own_softmax}, between=peek)
+    assert err.startswith("ShortcutUsed: code of yours ran while the independent check was receiving")
+
+
+@pytest.mark.parametrize("tamper", ["no guard cell", "groups emptied", "strict dropped", "not a dict",
+                                    "trips replaced"])
+def test_a_guard_missing_or_changed_between_the_cells_voids_the_check(tamper):
+    """The probe cell takes over only a guard whose state is plain data of the plan's own
+    groups (a red-team read: a guard swapped for one that forbids nothing, or none at all)."""
+    x = torch.randn(3, 5)
+
+    def change():
+        state = vm._PENDING["state"]
+        if tamper == "groups emptied":
+            state["groups"] = []
+        elif tamper == "strict dropped":
+            state["strict"] = not state["strict"]
+        elif tamper == "not a dict":
+            vm._PENDING["state"] = type("D", (dict,), {})(state)
+        elif tamper == "trips replaced":
+            state["trips"] = type("L", (list,), {})()
+    module = None if tamper == "no guard cell" else vm
+    err = _two_cells(_plan_softmax(x), {"f": _own_softmax}, between=change, guard_module=module)
+    assert err.startswith("GuardChanged: the independent check's guard was not on"), err
+    assert torch.softmax(x, -1).shape == (3, 5)
+
+
+def test_forgetting_the_refused_functions_is_seen():
+    """`check()` compares the refused functions one by one and their number: emptying the
+    guard's list of them (so that nothing would be restored or compared) is a changed guard."""
+    x = torch.randn(3, 5)
+    box = []
+
+    def sneaky(t):
+        box.append(list(guard_state["swapped"]))
+        guard_state["swapped"].clear()
+        return _own_softmax(t)
+    plan = _plan_softmax(x)
+    vm.kernel_guard(json.dumps(vm.head(plan)), {"f": sneaky})
+    guard_state = vm._PENDING["state"]
+    guard = vm._adopt(vm, plan)
+    try:
+        err = vm._run_probes(plan, {"f": sneaky}, None, None, guard)["meta"].get("p.error")
+    finally:
+        guard.swapped = box[0]
+        guard.__exit__()
+    assert err.startswith("GuardChanged"), err
+
+
+def test_an_interrupted_guard_cell_leaves_no_guard_on(monkeypatch):
+    x = torch.randn(2, 3)
+    plan = _plan_softmax(x)
+
+    def boom(self):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(vm._Guard, "_table", boom)      # the last step of installing it
+    with pytest.raises(KeyboardInterrupt):
+        vm.kernel_guard(json.dumps(vm.head(plan)), {})
+    assert "state" not in vm._PENDING
+    assert torch.softmax(x, -1).shape == (2, 3)

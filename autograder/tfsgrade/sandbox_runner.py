@@ -202,6 +202,8 @@ def strip_probes(nb, probe_cells, events, seconds):
                 got["docs"].append(data[PROBE_MIME])
             elif o.get("output_type") == "error" and got["error"] is None:
                 got["error"] = f"{o.get('ename')}: {str(o.get('evalue'))[:300]}"
+        if str(got["error"]).startswith("ChildProcess"):   # a stray process beside either cell
+            got["docs"] = []
     out_events = []
     for e in events:
         e = dict(e)
@@ -349,6 +351,9 @@ class Run:
             c0.execute_cell(cell, k, execution_count=count, store_history=False)
         finally:
             del kc.execute
+            # a quiet cell's outputs are final: a later cell's update_display_data (a display_id
+            # the student's code showed in it) must not rewrite the check's captures or a result
+            c0.clear_display_id_mapping(k)
 
     def forget(self, c0, k, sources, bump):
         """The quiet cells' text out of linecache; `bump`: the kernel's counter past the number
@@ -382,6 +387,7 @@ class Run:
                     c0.execute_cell(copy.deepcopy(own), k, store_history=False)
             finally:
                 c0.nb.cells[k] = own
+                c0.clear_display_id_mapping(k)   # its displays were in the copy, not in `own`
         if replayed:
             self.forget(c0, self.done[-1], replayed, 0)
 

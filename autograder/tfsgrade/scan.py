@@ -42,7 +42,7 @@ from .cells import source as _src
 from .scan_rules import (  # noqa: F401  (CERTAIN, REVIEW, GROUPS, exercise_groups: the scan's API)
     CERTAIN, GROUPS, REVIEW, exercise_groups, _ASSIGN_OK, _ATTR_CALLS, _BUILTINS, _CE_LEAVES,
     _CE_LS_POS, _COURSE_PATH, _DANGER, _DANGER_LEAF, _EXEC_CALLS, _FRAME_ATTRS, _HOOK_ATTRS, _MAGICS_FILES,
-    _MAGICS_OK, _MAGICS_SUBPROCESS, _OPEN_CALLS, _SHELL_OK, _STAR_INTROSPECT)
+    _MAGICS_OK, _MAGICS_SUBPROCESS, _OPEN_CALLS, _REEXPORTED, _SHELL_OK, _STAR_INTROSPECT)
 
 
 @dataclass(frozen=True)
@@ -369,7 +369,9 @@ class _Cell(ast.NodeVisitor):
         if isinstance(node, ast.Attribute):
             base = self.resolve(node.value)
             if base and not base.startswith(USER):
-                return f"{base}.{node.attr}"
+                # a module that another module imported, reached through it: os.sys is sys
+                return node.attr.lstrip("_") if node.attr.lstrip("_") in _REEXPORTED \
+                    else f"{base}.{node.attr}"
             return None
         if isinstance(node, ast.Subscript):
             return self._resolve_subscript(node)

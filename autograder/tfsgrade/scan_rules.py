@@ -153,6 +153,11 @@ _DANGER: list[tuple[str, str, str]] = [
 _DANGER_LEAF = {"CheckFailed": ("tamper", "refers to the checks' failure exception"),
                 "ShortcutUsed": ("tamper", "refers to the shortcut guard's exception")}
 
+# Modules that other modules import and so expose as attributes (os.sys, threading._sys,
+# inspect.builtins...): reached that way they are the module itself, and its rules apply.
+_REEXPORTED = frozenset({"sys", "gc", "os", "builtins", "ctypes", "subprocess", "importlib",
+                         "signal", "socket"})
+
 # Attribute assignments under these prefixes are ordinary configuration, not tampering.
 _ASSIGN_OK = ("matplotlib", "torch.backends", "numpy.set_printoptions", "pandas.options",
               "warnings.filters")

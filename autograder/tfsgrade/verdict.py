@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import io
 import json
 import zipfile
@@ -63,12 +64,13 @@ MAX_MEMBERS = 4096                         # arrays in one capture
 
 # The probe's two cells (tfscratch.specs.vm, "in the grading sandbox"): the guard cell holds the
 # probe machine's text and the plan's head, nothing drawn for the submission, and puts the
-# guard on; the probe cell, run right after it, holds the plan with its inputs and runs it
-# under that guard. Only the builtins module and the probe machine's own module are used: a
-# name the student bound (`from torch import *` binds `compile`; `max`, `sum`, `print`, `exec`,
-# `globals`...) is never looked up. The boot code runs in its own namespace; at the end it
-# drops the cell's text from linecache (the plan is not left in the kernel for later cells).
-# The machine passes from the guard cell to the probe cell under `key` in sys.modules.
+# guard on; the probe cell, run right after it, holds the machine's text again and the plan
+# with its inputs, and runs it under that guard (taken over as data from the guard cell's
+# module, left in sys.modules under a name drawn for the task). Only the builtins module and
+# the probe machine's own module are used: a name the student bound (`from torch import *`
+# binds `compile`; `max`, `sum`, `print`, `exec`, `globals`...) is never looked up. The boot
+# code runs in its own namespace; at the end it drops the cell's text from linecache (the plan
+# is not left in the kernel for later cells).
 _BOOT_GUARD = '''import linecache, sys, types
 try:
     m = types.ModuleType("tfs_probe_vm")
@@ -79,12 +81,12 @@ try:
 finally:
     linecache.cache.pop(sys._getframe(0).f_back.f_code.co_filename, None)
 '''
-_BOOT = '''import linecache, sys
+_BOOT = '''import linecache, sys, types
 try:
-    m = sys.modules.pop(key, None)
-    if m is None:
-        raise RuntimeError("the independent check's guard cell did not run before it")
-    m.kernel_run(plan, user_ns)
+    m = types.ModuleType("tfs_probe_vm")
+    m.__dict__["__builtins__"] = __builtins__
+    exec(compile(vm_source, "tfs_probe_vm", "exec"), m.__dict__)
+    m.kernel_run(plan, user_ns, sys.modules.pop(key, None))
 finally:
     linecache.cache.pop(sys._getframe(0).f_back.f_code.co_filename, None)
 '''
@@ -108,26 +110,29 @@ def dask_setup(worker=None) -> None:
         pass
 
 
-def _key(plan: dict) -> str:
-    return "tfs_probe_vm." + plan["exercise"]
+def _key(plan: dict, seed: int) -> str:
+    """Where the guard cell leaves its module for the probe cell: a name drawn from the task's
+    seed, which the student's code cannot know in advance."""
+    return "_" + hashlib.sha256(f"{seed}/{plan['exercise']}".encode()).hexdigest()[:24]
 
 
-def guard_source(plan: dict) -> str:
+def guard_source(plan: dict, seed: int) -> str:
     """The guard cell: the machine and the plan's head (no inputs)."""
-    return _CELL.format(boot=_BOOT_GUARD, vm=VM_SOURCE, plan=json.dumps(vm.head(plan)), key=_key(plan))
+    return _CELL.format(boot=_BOOT_GUARD, vm=VM_SOURCE, plan=json.dumps(vm.head(plan)),
+                        key=_key(plan, seed))
 
 
-def cell_source(plan: dict) -> str:
-    """The probe cell: the plan, its inputs included, for the machine the guard cell left."""
-    return _CELL.format(boot=_BOOT, vm="", plan=json.dumps(plan), key=_key(plan))
+def cell_source(plan: dict, seed: int) -> str:
+    """The probe cell: the machine again and the plan, its inputs included."""
+    return _CELL.format(boot=_BOOT, vm=VM_SOURCE, plan=json.dumps(plan), key=_key(plan, seed))
 
 
 def prepare(assignment: str, seed: int) -> tuple[list, list]:
     """([probe cell], plans) for one task: each exercise's plan built once, for its probe cell
     and for the reference's run (`wants`)."""
     plans = [(ex, *engine.build_plan(ex, seed)) for ex in engine.specs_for(assignment)]
-    cells = [{"exercise": ex.name, "cells": sorted(ex.cells()), "guard": guard_source(plan),
-              "source": cell_source(dict(plan, tensors=vm.pack(tensors)))}
+    cells = [{"exercise": ex.name, "cells": sorted(ex.cells()), "guard": guard_source(plan, seed),
+              "source": cell_source(dict(plan, tensors=vm.pack(tensors)), seed)}
              for ex, plan, tensors in plans]
     return cells, plans
 

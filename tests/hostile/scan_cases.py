@@ -1,4 +1,4 @@
-"""Hostile corpus for the static scan (issue 14, items 5 and 9): named submissions over
+"""The static scan's hostile catalogue (issue 14, items 5 and 9): named submissions over
 01_attention, 03_multihead and 04_normalization.
 
 Each case starts from the released student notebook with every exercise filled in with the
@@ -233,6 +233,10 @@ CASES = [
           ("subprocess", R, None)),
     added("ctypes_native", A1, "import ctypes\nctypes.CDLL(None).puts(b'x')\n",
           ("native", R, None)),
+    added("os_sys_modules", A1, "import os\nhandles = [m for k, m in os.sys.modules.items() if k.startswith('_')]\n",
+          ("import-machinery", R, None)),
+    added("threading_sys_audit_hook", A1, "import threading\nthreading._sys.addaudithook(lambda e, a: None)\n",
+          ("introspection", R, None)),
     added("builtins_patch", A1, "import builtins\nbuiltins.print = lambda *a, **k: None\n",
           ("tamper", R, None)),
     added("sys_modules_swap", A1, "import sys, types\nsys.modules['tfscratch.checks.attention'] = types.ModuleType('fake')\n",

@@ -461,8 +461,8 @@ class _Guard:
         if not self.groups:
             return None
         now = self._table()
-        if now[0] != self.table[0] or any(a[0] is not b[0] or a[1] is not b[1]
-                                          for a, b in zip(now[1], self.table[1])) \
+        if now[0] != self.table[0] or len(now[1]) != len(self.table[1]) \
+                or any(a[0] is not b[0] or a[1] is not b[1] for a, b in zip(now[1], self.table[1])) \
                 or (self.stance is not None and _stance() != "force_eager"):
             self.problem = ("GuardChanged: the shortcut guard was changed while your code ran (an "
                             "operator kernel registered or removed, a function of torch given "
@@ -874,27 +874,41 @@ def _run_probes(plan: dict, namespace: dict, tensors, emit, guard: _Guard) -> di
 # -- in the grading sandbox: two cells, the guard first, then the inputs ----------------------
 # The guard cell carries this machine and the plan's head (`head`), nothing drawn for the
 # submission; it puts the guard on and leaves it on. The probe cell, run right after it,
-# carries the whole plan, inputs included. So whatever of the student's sees the inputs on
-# their way in (an audit hook on the cell's compile, a trace function, a thread, a
-# pre_execute or input-transformer hook, a gc callback) runs with the guard already on: a
-# forbidden built-in it calls is refused and voids the check, and the memory rule and the
+# carries this machine again and the whole plan, inputs included. So whatever of the student's
+# sees the inputs on their way in (an audit hook on the cell's compile, a trace function, a
+# thread, a pre_execute or input-transformer hook, a gc callback) runs with the guard already
+# on: a forbidden built-in it calls is refused and voids the check, and the memory rule and the
 # child-process check are in force.
+# Between the two cells the guard cell's module sits in sys.modules under a name drawn for the
+# task. The probe cell runs its own fresh copy of this machine and takes over from that module
+# only the guard's state, as plain data it checks (`_adopt`): never code the student could have
+# replaced in between, and never a guard other than the plan's.
 
-_PENDING: dict = {}           # the guard cell's guard, until the probe cell takes it
+_PENDING: dict = {}           # the guard cell's guard, until the probe cell takes it over
 
 
 def kernel_guard(head_json: str, namespace: dict) -> None:
-    """Entry point of the guard cell in the student's kernel."""
+    """Entry point of the guard cell in the student's kernel: the guard on, left on (an
+    interrupted or failed start takes off whatever it had put on)."""
     plan_head = json.loads(head_json)
-    _PENDING["guard"] = open_guard(plan_head, namespace, strict=True)
+    forbid = plan_head.get("forbid")
+    guard = _Guard(forbid, strict=plan_head["guarded"],
+                   preload_compile=bool(forbid) and _names_compile(namespace))
+    _PENDING["state"] = guard.__dict__   # what the probe cell takes over: data only
+    try:
+        guard.__enter__()
+    except BaseException:
+        _PENDING.pop("state", None)
+        guard.__exit__()
+        raise
 
 
-def kernel_run(plan_json: str, namespace: dict) -> None:
+def kernel_run(plan_json: str, namespace: dict, guard_module=None) -> None:
     """Entry point of the probe cell: the plan's probes, under the guard the guard cell put
-    on, which comes off at the end."""
+    on (taken over by `_adopt`), which comes off at the end."""
     from IPython.display import display
     plan = json.loads(plan_json)
-    guard = _PENDING.pop("guard")
+    guard = _adopt(guard_module, plan)
 
     def emit(doc):
         display({MIME: doc, "text/plain": f"[independent check: {doc['exercise']}/{doc['probe']}]"},
@@ -903,3 +917,44 @@ def kernel_run(plan_json: str, namespace: dict) -> None:
         _run_probes(plan, namespace, None, emit, guard)
     finally:
         guard.__exit__()
+
+
+_STATE = {"forbid": dict, "groups": list, "strict": bool, "preload_compile": bool, "trips": list,
+          "swapped": list, "problem": (str, type(None))}
+_STATE_GUARDED = {"table": tuple, "compiled": int, "lib": torch.library.Library}
+
+
+def _adopt(module, plan: dict) -> _Guard:
+    """A guard of this (fresh) machine holding the state of the guard cell's guard: every field
+    of an exact type, the forbidden groups and the strict flag the plan's own. Anything else
+    (no guard cell, a guard replaced or changed in between) gives a guard that voids every
+    probe of the plan. It reads the guard cell's objects without running any of their code
+    (exact type tests on the guard's own attribute dict, which the guard cell left)."""
+    guard = _Guard(plan.get("forbid"), strict=_guarded(plan))
+    pending = module.__dict__.get("_PENDING") if type(module) is types.ModuleType else None
+    state = pending.pop("state", None) if type(pending) is dict else None
+    kinds = dict(_STATE, **(_STATE_GUARDED if guard.groups else {}))
+    want = {"forbid": guard.forbid, "groups": guard.groups, "strict": guard.strict}
+    if type(state) is not dict or not all(_is_str(k, k) for k in state) or \
+            any(type(state.get(k)) not in (t if type(t) is tuple else (t,)) for k, t in kinds.items()) \
+            or not all(_plain_equal(state[k], v) for k, v in want.items()):
+        guard.problem = ("GuardChanged: the independent check's guard was not on when its inputs "
+                         "arrived (its guard cell did not run, or the guard was changed since)")
+        return guard
+    guard.__dict__.update({k: state[k] for k in (*kinds, "stance", "usage") if k in state})
+    return guard
+
+
+def _plain_equal(a, b) -> bool:
+    """a == b for JSON-like data (dict, list, tuple, str, bool, int, float, None), comparing
+    exact types only, so nothing of the learner's runs."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return len(a) == len(b) and all(_is_str(k, k) and k in b and _plain_equal(v, b[k])
+                                        for k, v in a.items())
+    if type(a) in (list, tuple):
+        return len(a) == len(b) and all(_plain_equal(x, y) for x, y in zip(a, b))
+    if type(a) in (str, bool, int, float, type(None)):
+        return a == b
+    return False
