@@ -831,11 +831,16 @@ def head(plan: dict) -> dict:
             "forbid": plan.get("forbid"), "guarded": _guarded(plan)}
 
 
-def open_guard(plan_head: dict, namespace: dict, strict: bool = False) -> _Guard:
-    """The plan's shortcut guard, on (entered): `.__exit__()` takes it off."""
+def _new_guard(plan_head: dict, namespace: dict, strict: bool) -> _Guard:
+    """The plan's shortcut guard, not yet on."""
     forbid = plan_head.get("forbid")
     return _Guard(forbid, strict=strict and plan_head["guarded"],
-                  preload_compile=bool(forbid) and _names_compile(namespace)).__enter__()
+                  preload_compile=bool(forbid) and _names_compile(namespace))
+
+
+def open_guard(plan_head: dict, namespace: dict, strict: bool = False) -> _Guard:
+    """The plan's shortcut guard, on (entered): `.__exit__()` takes it off."""
+    return _new_guard(plan_head, namespace, strict).__enter__()
 
 
 def run_plan(plan: dict, namespace: dict, tensors: dict | None = None, emit=None,
@@ -884,16 +889,13 @@ def _run_probes(plan: dict, namespace: dict, tensors, emit, guard: _Guard) -> di
 # only the guard's state, as plain data it checks (`_adopt`): never code the student could have
 # replaced in between, and never a guard other than the plan's.
 
-_PENDING: dict = {}           # the guard cell's guard, until the probe cell takes it over
+_PENDING: dict = {}           # the guard cell's guard's state, until the probe cell takes it over
 
 
 def kernel_guard(head_json: str, namespace: dict) -> None:
     """Entry point of the guard cell in the student's kernel: the guard on, left on (an
     interrupted or failed start takes off whatever it had put on)."""
-    plan_head = json.loads(head_json)
-    forbid = plan_head.get("forbid")
-    guard = _Guard(forbid, strict=plan_head["guarded"],
-                   preload_compile=bool(forbid) and _names_compile(namespace))
+    guard = _new_guard(json.loads(head_json), namespace, strict=True)
     _PENDING["state"] = guard.__dict__   # what the probe cell takes over: data only
     try:
         guard.__enter__()
@@ -905,7 +907,8 @@ def kernel_guard(head_json: str, namespace: dict) -> None:
 
 def kernel_run(plan_json: str, namespace: dict, guard_module=None) -> None:
     """Entry point of the probe cell: the plan's probes, under the guard the guard cell put
-    on (taken over by `_adopt`), which comes off at the end."""
+    on (taken over from `guard_module`, the guard cell's module, by `_adopt`), which comes
+    off at the end."""
     from IPython.display import display
     plan = json.loads(plan_json)
     guard = _adopt(guard_module, plan)
