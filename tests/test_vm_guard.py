@@ -538,6 +538,14 @@ def test_the_target_is_found_without_running_a_key_of_the_learners():
 
 # ------------------------------------------- the guard cell, then the probe cell (the sandbox)
 
+@pytest.fixture
+def alone(monkeypatch):
+    """The strict rule's view of this process: no child processes (a test process under xdist
+    may have some; tests/test_probe_channel.py runs the cells in a fresh process)."""
+    monkeypatch.setattr(vm, "_children", lambda: [])
+    monkeypatch.setattr(vm, "_child_usage", lambda: None)
+
+
 def _plan_softmax(x):
     call = {"args": [{"$t": "t0"}], "kwargs": {}}
     return {"exercise": "f", "target": "f", "probes": [{"name": "p", "calls": [call]}],
@@ -569,14 +577,14 @@ def _own_softmax(x):
     return e / e.sum(-1, keepdim=True)
 
 
-def test_the_probe_cell_takes_over_the_guard_cells_guard():
+def test_the_probe_cell_takes_over_the_guard_cells_guard(alone):
     x = torch.randn(3, 5)
     assert _two_cells(_plan_softmax(x), {"f": _own_softmax}) is None
     assert "Shortcut used" in _two_cells(_plan_softmax(x), {"f": lambda t: torch.softmax(t, -1)})
     assert torch.softmax(x, -1).shape == (3, 5)          # and the guard is off afterwards
 
 
-def test_a_shortcut_between_the_two_cells_voids_the_check():
+def test_a_shortcut_between_the_two_cells_voids_the_check(alone):
     """What an audit hook, a thread or a pre_execute hook of the student's does while the
     inputs arrive runs under the guard: a refused call voids every probe, even if caught."""
     x = torch.randn(3, 5)
@@ -592,7 +600,7 @@ def test_a_shortcut_between_the_two_cells_voids_the_check():
 
 @pytest.mark.parametrize("tamper", ["no guard cell", "groups emptied", "strict dropped", "not a dict",
                                     "trips replaced"])
-def test_a_guard_missing_or_changed_between_the_cells_voids_the_check(tamper):
+def test_a_guard_missing_or_changed_between_the_cells_voids_the_check(tamper, alone):
     """The probe cell takes over only a guard whose state is plain data of the plan's own
     groups (a red-team read: a guard swapped for one that forbids nothing, or none at all)."""
     x = torch.randn(3, 5)
@@ -613,20 +621,24 @@ def test_a_guard_missing_or_changed_between_the_cells_voids_the_check(tamper):
     assert torch.softmax(x, -1).shape == (3, 5)
 
 
-def test_forgetting_the_refused_functions_is_seen():
+def test_forgetting_the_refused_functions_is_seen(alone):
     """`check()` compares the refused functions one by one and their number: emptying the
-    guard's list of them (so that nothing would be restored or compared) is a changed guard."""
+    guard's list of them (reached through gc during the probe, so that nothing would be
+    compared or restored) is a changed guard. The guard cell's own list is not the probe
+    cell's: emptying it changes nothing."""
     x = torch.randn(3, 5)
-    box = []
+    box, held = [], []
 
     def sneaky(t):
-        box.append(list(guard_state["swapped"]))
-        guard_state["swapped"].clear()
+        held[0]["swapped"].clear()            # the guard cell's list: harmless now
+        box.append(list(held[1].swapped))
+        held[1].swapped.clear()                # the probe cell's guard's own list
         return _own_softmax(t)
     plan = _plan_softmax(x)
     vm.kernel_guard(json.dumps(vm.head(plan)), {"f": sneaky})
-    guard_state = vm._PENDING["state"]
+    held.append(vm._PENDING["state"])
     guard = vm._adopt(vm, plan)
+    held.append(guard)
     try:
         err = vm._run_probes(plan, {"f": sneaky}, None, None, guard)["meta"].get("p.error")
     finally:
@@ -635,7 +647,7 @@ def test_forgetting_the_refused_functions_is_seen():
     assert err.startswith("GuardChanged"), err
 
 
-def test_an_interrupted_guard_cell_leaves_no_guard_on(monkeypatch):
+def test_an_interrupted_guard_cell_leaves_no_guard_on(monkeypatch, alone):
     x = torch.randn(2, 3)
     plan = _plan_softmax(x)
 
@@ -646,3 +658,27 @@ def test_an_interrupted_guard_cell_leaves_no_guard_on(monkeypatch):
         vm.kernel_guard(json.dumps(vm.head(plan)), {})
     assert "state" not in vm._PENDING
     assert torch.softmax(x, -1).shape == (2, 3)
+
+
+def test_the_guard_cells_objects_cannot_switch_the_guard_off_during_the_probe(alone):
+    """A red-team read: code that kept the guard cell's state (found in sys.modules between the
+    cells) and, while the probe runs, takes the guard off (its kernels, its refused functions)
+    and empties its groups. The probe cell's guard keeps its own groups and sees the change."""
+    x = torch.randn(3, 5)
+    plan = _plan_softmax(x)
+    vm.kernel_guard(json.dumps(vm.head(plan)), {})
+    state = vm._PENDING["state"]
+
+    def off_then_softmax(t):
+        state["lib"]._destroy()
+        for fn, code, kwdefaults in state["swapped"]:
+            fn.__code__, fn.__kwdefaults__ = code, kwdefaults
+        state["groups"].clear()
+        return torch.softmax(t, -1)
+    guard = vm._adopt(vm, plan)
+    try:
+        err = vm._run_probes(plan, {"f": off_then_softmax}, None, None, guard)["meta"].get("p.error")
+    finally:
+        guard.__exit__()
+    assert err.startswith("GuardChanged"), err
+    assert torch.softmax(x, -1).shape == (3, 5)

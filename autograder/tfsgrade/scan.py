@@ -30,6 +30,7 @@ import ast
 import copy
 import importlib
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -369,9 +370,11 @@ class _Cell(ast.NodeVisitor):
         if isinstance(node, ast.Attribute):
             base = self.resolve(node.value)
             if base and not base.startswith(USER):
-                # a module that another module imported, reached through it: os.sys is sys
-                return node.attr.lstrip("_") if node.attr.lstrip("_") in _REEXPORTED \
-                    else f"{base}.{node.attr}"
+                # a module that a standard-library module imported, reached through it: os.sys
+                # is sys (torch.signal and scipy.signal are not the signal module)
+                if node.attr.lstrip("_") in _REEXPORTED and base.split(".")[0] in sys.stdlib_module_names:
+                    return node.attr.lstrip("_")
+                return f"{base}.{node.attr}"
             return None
         if isinstance(node, ast.Subscript):
             return self._resolve_subscript(node)

@@ -153,8 +153,9 @@ _DANGER: list[tuple[str, str, str]] = [
 _DANGER_LEAF = {"CheckFailed": ("tamper", "refers to the checks' failure exception"),
                 "ShortcutUsed": ("tamper", "refers to the shortcut guard's exception")}
 
-# Modules that other modules import and so expose as attributes (os.sys, threading._sys,
-# inspect.builtins...): reached that way they are the module itself, and its rules apply.
+# Modules that standard-library modules import and so expose as attributes (os.sys,
+# threading._sys, inspect.builtins...): reached that way they are the module itself, and its
+# rules apply (not through other packages: torch.signal is PyTorch's own).
 _REEXPORTED = frozenset({"sys", "gc", "os", "builtins", "ctypes", "subprocess", "importlib",
                          "signal", "socket"})
 

@@ -237,6 +237,7 @@ CASES = [
           ("import-machinery", R, None)),
     added("threading_sys_audit_hook", A1, "import threading\nthreading._sys.addaudithook(lambda e, a: None)\n",
           ("introspection", R, None)),
+    added("torch_signal_window_honest", A1, "w = torch.signal.windows.hann(8)\n"),
     added("builtins_patch", A1, "import builtins\nbuiltins.print = lambda *a, **k: None\n",
           ("tamper", R, None)),
     added("sys_modules_swap", A1, "import sys, types\nsys.modules['tfscratch.checks.attention'] = types.ModuleType('fake')\n",

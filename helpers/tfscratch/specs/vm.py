@@ -460,9 +460,7 @@ class _Guard:
                 return self.problem
         if not self.groups:
             return None
-        now = self._table()
-        if now[0] != self.table[0] or len(now[1]) != len(self.table[1]) \
-                or any(a[0] is not b[0] or a[1] is not b[1] for a, b in zip(now[1], self.table[1])) \
+        if not _same_table(self._table(), self.table) \
                 or (self.stance is not None and _stance() != "force_eager"):
             self.problem = ("GuardChanged: the shortcut guard was changed while your code ran (an "
                             "operator kernel registered or removed, a function of torch given "
@@ -489,6 +487,13 @@ class _Guard:
             self.stance.__exit__(None, None, None)
             self.stance = None
         return False
+
+
+def _same_table(now, then) -> bool:
+    """The guard's table as installed: the same dispatcher lines, and the same code and keyword
+    defaults (the same objects) on as many refused functions."""
+    return now[0] == then[0] and len(now[1]) == len(then[1]) and \
+        all(a[0] is b[0] and a[1] is b[1] for a, b in zip(now[1], then[1]))
 
 
 _CLASS_DICT = type.__dict__["__dict__"]   # a class's own namespace, read without its metaclass
@@ -922,30 +927,77 @@ def kernel_run(plan_json: str, namespace: dict, guard_module=None) -> None:
         guard.__exit__()
 
 
-_STATE = {"forbid": dict, "groups": list, "strict": bool, "preload_compile": bool, "trips": list,
-          "swapped": list, "problem": (str, type(None))}
+_STATE = {"forbid": dict, "groups": list, "strict": bool, "trips": list, "swapped": list,
+          "problem": (str, type(None))}
 _STATE_GUARDED = {"table": tuple, "compiled": int, "lib": torch.library.Library}
 
 
 def _adopt(module, plan: dict) -> _Guard:
-    """A guard of this (fresh) machine holding the state of the guard cell's guard: every field
-    of an exact type, the forbidden groups and the strict flag the plan's own. Anything else
-    (no guard cell, a guard replaced or changed in between) gives a guard that voids every
-    probe of the plan. It reads the guard cell's objects without running any of their code
-    (exact type tests on the guard's own attribute dict, which the guard cell left)."""
+    """A guard of this (fresh) machine holding the state of the guard cell's guard, or one that
+    voids every probe of the plan (no guard cell, a guard replaced or changed in between).
+    It reads the guard cell's objects without running any of their code: exact type tests on
+    the guard's own attribute dict (which the guard cell left), the groups and the strict flag
+    the plan's own (this guard keeps its own), the installed table copied, and the guard still
+    as installed (`_table()` now equals that copy)."""
     guard = _Guard(plan.get("forbid"), strict=_guarded(plan))
     pending = module.__dict__.get("_PENDING") if type(module) is types.ModuleType else None
     state = pending.pop("state", None) if type(pending) is dict else None
-    kinds = dict(_STATE, **(_STATE_GUARDED if guard.groups else {}))
-    want = {"forbid": guard.forbid, "groups": guard.groups, "strict": guard.strict}
-    if type(state) is not dict or not all(_is_str(k, k) for k in state) or \
-            any(type(state.get(k)) not in (t if type(t) is tuple else (t,)) for k, t in kinds.items()) \
-            or not all(_plain_equal(state[k], v) for k, v in want.items()):
+    if not _adoptable(state, guard):
         guard.problem = ("GuardChanged: the independent check's guard was not on when its inputs "
                          "arrived (its guard cell did not run, or the guard was changed since)")
+        _take_off(state)
         return guard
-    guard.__dict__.update({k: state[k] for k in (*kinds, "stance", "usage") if k in state})
+    guard.trips, guard.swapped, guard.problem = state["trips"], list(state["swapped"]), state["problem"]
+    guard.usage = state.get("usage")
+    if guard.groups:
+        guard.lib, guard.compiled, guard.stance = state["lib"], state["compiled"], state.get("stance")
+        guard.table = _copied_table(state["table"])
+        if guard.stance is None and "torch._dynamo" in sys.modules:
+            guard.stance = _force_eager()          # torch.compile loaded since the guard cell
+        if guard.table is None or not _same_table(guard._table(), guard.table) or \
+                ("torch._dynamo" in sys.modules and _stance() != "force_eager"):
+            guard.problem = ("GuardChanged: the shortcut guard was changed before your code ran "
+                             "(between the check's two cells)")
     return guard
+
+
+def _adoptable(state, guard: _Guard) -> bool:
+    kinds = dict(_STATE, **(_STATE_GUARDED if guard.groups else {}))
+    want = {"forbid": guard.forbid, "groups": guard.groups, "strict": guard.strict}
+    return type(state) is dict and all(_is_str(k, k) for k in state) \
+        and all(type(state.get(k)) in (t if type(t) is tuple else (t,)) for k, t in kinds.items()) \
+        and all(_plain_equal(state[k], v) for k, v in want.items()) \
+        and all(type(x) is tuple and len(x) == 3 and type(x[0]) is types.FunctionType
+                and type(x[1]) is types.CodeType for x in state["swapped"])
+
+
+def _copied_table(table):
+    """The guard's installed table as `_table()` gives it, copied (the guard cell's lists stay
+    the student's to reach), or None when it is not of that form."""
+    if len(table) != 2 or type(table[0]) is not list or type(table[1]) is not list \
+            or not all(type(ln) is str for ln in table[0]) \
+            or not all(type(x) is tuple and len(x) == 2 and type(x[0]) is types.CodeType
+                       for x in table[1]):
+        return None
+    return list(table[0]), list(table[1])
+
+
+def _take_off(state) -> None:
+    """A guard cell's guard that could not be taken over still comes off (as far as its state
+    can be read), so the notebook's later cells run without it."""
+    if type(state) is not dict:
+        return
+    left = _Guard(None)
+    if type(state.get("lib")) is torch.library.Library:
+        left.lib = state["lib"]
+    if type(state.get("swapped")) is list:
+        left.swapped = [x for x in state["swapped"] if type(x) is tuple and len(x) == 3
+                        and type(x[0]) is types.FunctionType and type(x[1]) is types.CodeType]
+    left.stance = state.get("stance")
+    try:
+        left.__exit__()
+    except Exception:  # noqa: BLE001 - best effort: the check is void anyway
+        pass
 
 
 def _plain_equal(a, b) -> bool:
