@@ -410,10 +410,8 @@ def test_quiet_cells_leave_no_trace_in_the_kernels_history(tmp_path):
     machine = ("def kernel_guard(plan, ns):\n    pass\n"
                "def kernel_run(plan, ns, guard_module):\n    ns['z'] = guard_module is not None\n")
     probe = {"exercise": "f", "cells": ["test_f_value"],    # the real boots, a stand-in machine
-             "guard": verdict._CELL.format(boot=verdict._BOOT_GUARD, plan='{"seed": 4241}',
-                                           vm=machine, key="_k"),
-             "source": verdict._CELL.format(boot=verdict._BOOT, plan='{"seed": 4242}', vm=machine,
-                                            key="_k")}
+             "guard": verdict.boot_cell(machine, '{"seed": 4241}', "_k", guard=True),
+             "source": verdict.boot_cell(machine, '{"seed": 4242}', "_k", guard=False)}
     r = execute_task({"student": "s", "assignment": "t", "notebook": nbformat.writes(nb).encode(),
                       "limits": asdict(Limits(cell_timeout=60, notebook_timeout=300)),
                       "sandbox": False, "probes": [probe]})
@@ -451,8 +449,8 @@ def test_a_later_cell_cannot_rewrite_the_checks_outputs_through_a_display_id():
               f"update_display({{{vm.MIME!r}: {forged!r}}}, raw=True, display_id='slot')\n"
               "update_display({'text/plain': 'rewritten'}, raw=True, display_id='mine')", None))
     probe = {"exercise": "f", "cells": ["test_f_value"],
-             "guard": verdict._CELL.format(boot=verdict._BOOT_GUARD, plan="{}", vm=machine, key="_k"),
-             "source": verdict._CELL.format(boot=verdict._BOOT, plan="{}", vm=machine, key="_k")}
+             "guard": verdict.boot_cell(machine, "{}", "_k", guard=True),
+             "source": verdict.boot_cell(machine, "{}", "_k", guard=False)}
     r = execute_task({"student": "s", "assignment": "t", "notebook": nbformat.writes(nb).encode(),
                       "limits": asdict(Limits(cell_timeout=60, notebook_timeout=300)),
                       "sandbox": False, "probes": [probe]})

@@ -71,32 +71,33 @@ MAX_MEMBERS = 4096                         # arrays in one capture
 # binds `compile`; `max`, `sum`, `print`, `exec`, `globals`...) is never looked up. The boot
 # code runs in its own namespace; at the end it drops the cell's text from linecache (the plan
 # is not left in the kernel for later cells).
-_BOOT_GUARD = '''import linecache, sys, types
-try:
-    m = types.ModuleType("tfs_probe_vm")
-    m.__dict__["__builtins__"] = __builtins__
-    exec(compile(vm_source, "tfs_probe_vm", "exec"), m.__dict__)
-    m.kernel_guard(plan, user_ns)
-    sys.modules[key] = m
-finally:
-    linecache.cache.pop(sys._getframe(0).f_back.f_code.co_filename, None)
-'''
 _BOOT = '''import linecache, sys, types
 try:
     m = types.ModuleType("tfs_probe_vm")
     m.__dict__["__builtins__"] = __builtins__
     exec(compile(vm_source, "tfs_probe_vm", "exec"), m.__dict__)
-    m.kernel_run(plan, user_ns, sys.modules.pop(key, None))
+    if guard:
+        m.kernel_guard(plan, user_ns)
+        sys.modules[key] = m
+    else:
+        m.kernel_run(plan, user_ns, sys.modules.pop(key, None))
 finally:
     linecache.cache.pop(sys._getframe(0).f_back.f_code.co_filename, None)
 '''
 _CELL = '''import builtins as __tfs_b
 try:
     __tfs_b.exec({boot!r}, {{"__builtins__": __tfs_b, "__name__": "tfs_probe_boot",
-        "user_ns": __tfs_b.globals(), "vm_source": {vm!r}, "plan": {plan!r}, "key": {key!r}}})
+        "user_ns": __tfs_b.globals(), "vm_source": {vm!r}, "plan": {plan!r}, "key": {key!r},
+        "guard": {guard!r}}})
 finally:
     del __tfs_b
 '''
+
+
+def boot_cell(vm_text: str, plan_json: str, key: str, guard: bool) -> str:
+    """The guard cell (`guard`: the machine puts the guard on and leaves its module under
+    `key`) or the probe cell (the machine takes that guard over and runs the plan)."""
+    return _CELL.format(boot=_BOOT, vm=vm_text, plan=plan_json, key=key, guard=bool(guard))
 
 
 def dask_setup(worker=None) -> None:
@@ -118,13 +119,12 @@ def _key(plan: dict, seed: int) -> str:
 
 def guard_source(plan: dict, seed: int) -> str:
     """The guard cell: the machine and the plan's head (no inputs)."""
-    return _CELL.format(boot=_BOOT_GUARD, vm=VM_SOURCE, plan=json.dumps(vm.head(plan)),
-                        key=_key(plan, seed))
+    return boot_cell(VM_SOURCE, json.dumps(vm.head(plan)), _key(plan, seed), guard=True)
 
 
 def cell_source(plan: dict, seed: int) -> str:
     """The probe cell: the machine again and the plan, its inputs included."""
-    return _CELL.format(boot=_BOOT, vm=VM_SOURCE, plan=json.dumps(plan), key=_key(plan, seed))
+    return boot_cell(VM_SOURCE, json.dumps(plan), _key(plan, seed), guard=False)
 
 
 def prepare(assignment: str, seed: int) -> tuple[list, list]:

@@ -967,8 +967,13 @@ def _adoptable(state, guard: _Guard) -> bool:
     return type(state) is dict and all(_is_str(k, k) for k in state) \
         and all(type(state.get(k)) in (t if type(t) is tuple else (t,)) for k, t in kinds.items()) \
         and all(_plain_equal(state[k], v) for k, v in want.items()) \
-        and all(type(x) is tuple and len(x) == 3 and type(x[0]) is types.FunctionType
-                and type(x[1]) is types.CodeType for x in state["swapped"])
+        and all(_swap_record(x) for x in state["swapped"])
+
+
+def _swap_record(x) -> bool:
+    """(function, its own code, its keyword defaults): one refused function's record."""
+    return type(x) is tuple and len(x) == 3 and type(x[0]) is types.FunctionType \
+        and type(x[1]) is types.CodeType
 
 
 def _copied_table(table):
@@ -991,8 +996,7 @@ def _take_off(state) -> None:
     if type(state.get("lib")) is torch.library.Library:
         left.lib = state["lib"]
     if type(state.get("swapped")) is list:
-        left.swapped = [x for x in state["swapped"] if type(x) is tuple and len(x) == 3
-                        and type(x[0]) is types.FunctionType and type(x[1]) is types.CodeType]
+        left.swapped = [x for x in state["swapped"] if _swap_record(x)]
     left.stance = state.get("stance")
     try:
         left.__exit__()
