@@ -60,8 +60,9 @@ def run_task(task: dict) -> dict:
     runs are spread over the workers, and nothing of them enters the student's process."""
     from . import verdict
     t = time.time()
-    cells, plans = verdict.prepare(task["assignment"], task["seed"])
-    res = execute_task(dict(task, probes=cells))
+    checks, plans = verdict.prepare(task["assignment"], task["seed"])
+    res = execute_task(dict(task, probes=[c["public"] for c in checks], vm=verdict.VM_SOURCE,
+                            plans={c["public"]["exercise"]: c["plan"] for c in checks}))
     res["seed"] = task["seed"]
     try:
         res["want"] = verdict.reference_wants(plans)

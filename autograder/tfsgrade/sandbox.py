@@ -41,7 +41,9 @@ import uuid
 from pathlib import Path
 
 RUNNER = Path(__file__).with_name("sandbox_runner.py")
+CHECK = Path(__file__).with_name("check_process.py")      # the runner imports it from beside itself
 INSIDE_RUNNER = "/opt/tfsgrade/sandbox_runner.py"
+INSIDE_CHECK = "/opt/tfsgrade/check_process.py"
 INSIDE_WORK = "/submission"
 NOBODY = 65534
 SCRATCH_MB = 512       # size of each tmpfs the sandbox may write (scratch, /tmp, HOME)
@@ -171,7 +173,7 @@ def _bwrap_args(scratch: Path | None, package: Path | None = None) -> list[str]:
     if package is not None:            # over the whole package: only what this notebook may see
         for p in _package_dirs():
             a += ["--ro-bind", str(package), p]
-    a += ["--ro-bind", str(RUNNER), INSIDE_RUNNER]
+    a += ["--ro-bind", str(RUNNER), INSIDE_RUNNER, "--ro-bind", str(CHECK), INSIDE_CHECK]
     if scratch is not None:
         a += ["--size", size, "--perms", "0777", "--tmpfs", INSIDE_WORK, "--ro-bind", str(scratch / "ctl"), "/control"]
     a += ["--chdir", INSIDE_WORK if scratch is not None else "/", "--clearenv"]
@@ -275,7 +277,7 @@ def execute_task(task: dict) -> dict:
             cmd = _bwrap_args(scratch, course_package(task.get("closed", []), a)) + cmd
         res["sandbox"]["memory_cap"] = ("cgroup" if cgroups else "rlimit+watchdog") if task["sandbox"] else "rlimit"
         launched = time.time()
-        killed, code, data = _launch(cmd, env, scratch, limits, cgroups)
+        killed, code, data = _launch(cmd, env, scratch, limits, cgroups, task.get("plans") or {})
         res["timings"] = {"total_s": round(time.time() - t0, 3)}
         _read_result(res, killed, code, data, scratch, limits, launched)
     finally:
@@ -300,7 +302,7 @@ def _prepare(task: dict, scratch: Path):
            "run_demos": bool(task.get("run_demos")),
            "drop_to": NOBODY if (task["sandbox"] and root_mode) else None,
            "nproc": bool(task["sandbox"]) and not root_mode, "probes": task.get("probes", []),
-           "pid_namespace": bool(task["sandbox"])}
+           "vm": task.get("vm", ""), "pid_namespace": bool(task["sandbox"])}
     (scratch / "ctl" / "run.json").write_text(json.dumps(cfg))
     env = None if task["sandbox"] else dict(
         os.environ, NBGRADER_EXECUTION="autograde", OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
@@ -308,15 +310,27 @@ def _prepare(task: dict, scratch: Path):
     return [sys.executable, runner, f"{ctl}/run.json"], env
 
 
-def _launch(cmd, env, scratch: Path, limits, cgroups):
-    """Start the runner with the write end of a pipe, read at most output_mb (+1 byte) from it
-    while the watch enforces the limits; (why it was killed or None, exit code, the bytes)."""
+def _launch(cmd, env, scratch: Path, limits, cgroups, plans: dict):
+    """Start the runner with the write end of a pipe for its result and the read end of one
+    that brings the checks' plans (secret: never in a file the sandbox can read), read at most
+    output_mb (+1 byte) of the result while the watch enforces the limits; (why it was killed
+    or None, exit code, the bytes)."""
     rfd, wfd = os.pipe()
+    pr, pw = os.pipe()
     log = open(scratch / "runner.log", "wb")
-    proc = subprocess.Popen(cmd + [str(wfd)], pass_fds=(wfd,), stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=subprocess.STDOUT, env=env, cwd=str(scratch / "work"),
+    proc = subprocess.Popen(cmd + [str(wfd), str(pr)], pass_fds=(wfd, pr), stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(scratch / "work"),
                             preexec_fn=_preexec(cgroups))
     os.close(wfd)
+    os.close(pr)
+
+    def send_plans():
+        try:
+            with os.fdopen(pw, "wb") as f:
+                f.write(json.dumps(plans).encode())
+        except OSError:
+            pass
+    threading.Thread(target=send_plans, daemon=True).start()
     data = bytearray()
     cap = int(limits.output_mb * 2**20)
 
@@ -373,7 +387,8 @@ def _reap_largest_over(pid: int, cap: float) -> None:
 def _watch(proc, limits, use_watchdog: bool) -> str | None:
     """Wait for the sandbox; kill it past the wall budget or (without a cgroup) past the
     memory cap summed over all its processes. Returns why it was killed, or None."""
-    wall = limits.notebook_timeout + 120   # kernel start-ups and replays on top of the budget
+    # the notebook's budget, the checks' own (as long), kernel start-ups and replays on top
+    wall = 2 * limits.notebook_timeout + 120
     end = time.monotonic() + wall
     cap = limits.mem_gb * 2**30
     why = None

@@ -8,22 +8,40 @@ kernel is started, the cells before it are replayed silently, and execution goes
 the next cell. Cells never run (budget spent, too many restarts) get an error output too,
 so nothing counts as passed that did not run.
 
+The independent check is not in the kernel: before the kernel starts, the runner starts the
+check server (tfsgrade.check_process, `python -I`), and after the notebook has run, each
+exercise is checked in a child of that server, with the guard on before the student's cells
+run there and the plan's inputs sent last (`Checks`). Processes beside a guarded check are
+seen from here, outside the check's process: what the kernel left running is ended before
+the inputs go out, and a process that runs while they are being used voids the check.
+
 Protocol: argv[1] = config JSON path; argv[2] = the number of a pipe to write the result
-to (one JSON document: the executed notebook and events). The kernel never inherits that
-pipe and cannot read this process's memory (it is made non-dumpable), so student code
-cannot forge the result.
+to (one JSON document: the executed notebook, events and the checks' captures); argv[3] =
+the number of a pipe the plans (the checks' inputs, secret) are read from, once, before
+anything else starts. Neither pipe is inherited by the kernel or the check's process, and
+this process's memory cannot be read from them (it is made non-dumpable), so student code
+can neither read the inputs ahead nor forge the result.
 """
+import ast
 import copy
 import ctypes
 import functools
 import hashlib
 import json
 import os
+import queue
 import re
 import resource
 import signal
+import socket
+import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # check_process, beside this file
+import check_process as wire  # noqa: E402
 
 # jsonschema's optional IRI checker builds a Lark grammar at import: 1.2 s of every task's
 # start for a format no notebook has (tfsgrade/__init__.py)
@@ -50,40 +68,9 @@ def _limit(cfg):
         pass
 
 
-def strays(kernel_pid) -> list:
-    """In the sandbox's own PID namespace: the processes that left the kernel, orphans of a
-    double fork, which the kernel's child check (tfscratch.specs.vm) cannot see, since their
-    parent is now this namespace's init (pid 1) or the runner. Pid 1, the runner and the kernel
-    are ours; the kernel's own children are the kernel check's to name."""
-    me, found = os.getpid(), []
-    try:
-        names = [int(d) for d in os.listdir("/proc") if d.isdigit()]
-    except OSError:
-        return []
-    for pid in names:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue                   # ended meanwhile
-        ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
-        if pid not in (1, me, kernel_pid) and ppid in (1, me):
-            found.append(pid)
-    return found
-
-
-STRAY_MESSAGE = ("ChildProcess: a process your notebook started (and left running outside the "
-                 "kernel, a double fork) ran while the independent check did (pid {pids}): the "
-                 "check runs your code in the kernel alone, where its rules hold. Use no "
-                 "subprocess, multiprocessing or os.fork in the notebook")
-
-
 class BudgetSpent(Exception):
     """The notebook's time budget is spent (not a TimeoutError: nbclient's CellTimeoutError is one)."""
 
-
-PROBE_MIME = "application/x-tfs-probe+json"
-STRAY = "#stray"     # in the result's probes: probe-MIME outputs outside the probe cells
 
 # Run after a graded test cell (executed silently, without history: hidden tests never enter
 # In, Out, _ih, %history nor a later cell's reach through linecache): drops the cell's text
@@ -126,11 +113,11 @@ def _graded_test(c) -> bool:
     return c.get("cell_type") == "code" and bool(g.get("grade")) and not g.get("solution")
 
 
-def _probe_place(nb, p) -> int:
-    """Where exercise p's probe cell goes: right before the first graded test cell it backs
-    (`p["cells"]`, the grade ids its spec declares), so it sees exactly what those test cells
-    see (a helper the student defined below the solution cell, a name a later cell rebinds);
-    without a test cell, right after the solution cell; else at the end."""
+def check_place(nb, p) -> int:
+    """Where exercise p is checked: right before the first graded test cell it backs (`p["cells"]`,
+    the grade ids its spec declares), so the check sees exactly what those test cells see (a
+    helper the student defined below the solution cell, a name a later cell rebinds); without
+    a test cell, right after the solution cell; else at the end."""
     want = set(p.get("cells", ()))
     for i, c in enumerate(nb.cells):
         if _graded_test(c) and str(c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")) in want:
@@ -142,89 +129,273 @@ def _probe_place(nb, p) -> int:
     return len(nb.cells)
 
 
-def insert_probes(nb, probes):
-    """Put each exercise's probe cell (built by the grader) where `_probe_place` says; returns
-    {nonce: exercise}. A probe cell is known by a nonce drawn here (nbclient replaces a cell
-    object by its copy when it replays it after a restart, and a submitted cell cannot carry
-    a nonce it never saw)."""
-    import nbformat
-    made = {}
-    for c in nb.cells:
-        c.get("metadata", {}).pop("tfsgrade_probe", None)
-    for p in probes:
-        at = _probe_place(nb, p)
-        for source in (p.get("guard"), p["source"]):   # the guard cell, then the probe cell
-            if source is None:
-                continue
-            cell = nbformat.v4.new_code_cell(source)
-            nonce = os.urandom(12).hex()
-            cell.metadata["tfsgrade_probe"] = nonce
-            nb.cells.insert(at, cell)
-            at += 1
-            made[nonce] = p["exercise"]
-    return made
-
-
-def _probe_of(cell, made):
-    return made.get(cell.get("metadata", {}).get("tfsgrade_probe"))
-
-
-def _no_capture(c) -> int:
-    """Drop the probe's MIME type from a cell that is not a probe cell (the student's code
-    displayed it); returns how many outputs had it."""
-    n = 0
-    for o in c.get("outputs", []) or []:
-        data = o.get("data") if isinstance(o, dict) else None
-        if isinstance(data, dict) and PROBE_MIME in data:
-            data.pop(PROBE_MIME, None)
-            data.setdefault("text/plain", "[removed: an output that claimed to be the grader's check]")
-            n += 1
-    return n
-
-
-def strip_probes(nb, probe_cells, events, seconds):
-    """Take the probe cells out again: their captures go back beside the notebook, and the
-    events and timings are renumbered to the student's cells. An output with the probe's MIME
-    type in any other cell is removed and reported under STRAY (the grader flags it)."""
-    probes, keep, new_index, stray = {}, [], {}, []
-    for i, c in enumerate(nb.cells):
-        ex = _probe_of(c, probe_cells)
-        if ex is None:
-            new_index[i] = len(keep)
-            if _no_capture(c):
-                stray.append(len(keep))
-            keep.append(c)
-            continue
-        got = probes.setdefault(ex, {"docs": [], "error": None})   # its guard cell, then itself
-        for o in c.get("outputs", []):
-            data = o.get("data", {}) if o.get("output_type") in ("display_data", "execute_result") else {}
-            if PROBE_MIME in data and isinstance(data[PROBE_MIME], dict):
-                got["docs"].append(data[PROBE_MIME])
-            elif o.get("output_type") == "error" and got["error"] is None:
-                got["error"] = f"{o.get('ename')}: {str(o.get('evalue'))[:300]}"
-        if str(got["error"]).startswith("ChildProcess"):   # a stray process beside either cell
-            got["docs"] = []
-    out_events = []
-    for e in events:
-        e = dict(e)
-        if "cells" in e:
-            e["cells"] = [new_index[k] for k in e["cells"] if k in new_index]
-            if not e["cells"]:
-                continue
-            e["cell"] = e["cells"][0]
-        elif e.get("cell") in new_index:
-            e["cell"] = new_index[e["cell"]]
-        elif "cell" in e:
-            e["probe"] = _probe_of(nb.cells[e.pop("cell")], probe_cells)
-        out_events.append(e)
-    nb.cells = keep
-    if stray:
-        probes[STRAY] = {"docs": [], "error": None, "cells": stray, "count": len(stray)}
-    return probes, out_events, {new_index[k]: v for k, v in seconds.items() if k in new_index}
-
-
 def sha(text):
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def python_text(src: str) -> str:
+    """A cell's IPython syntax as Python (`%time`, `!ls`: get_ipython() calls, which the
+    check's process answers with nothing)."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+        return TransformerManager().transform_cell(src)
+    except Exception:  # noqa: BLE001 - no IPython here, or a cell it cannot read
+        return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in src.splitlines())
+
+
+def setup_imports(cells) -> list:
+    """The modules the course's locked cells import (warmed up in the check server)."""
+    names = []
+    for c in cells:
+        g = c.get("metadata", {}).get("nbgrader", {})
+        if c.get("cell_type") != "code" or not g.get("locked") or g.get("grade"):
+            continue
+        try:
+            tree = ast.parse(python_text(c.source))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+    return list(dict.fromkeys(n for n in names if not n.startswith("__")))
+
+
+def _stat(pid: int):
+    """(state, parent pid, the command line's first words) of a process, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rfind(b")") + 2:].split()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read(200).replace(b"\0", b" ").decode(errors="replace").strip()
+        return fields[0].decode(), int(fields[1]), cmd
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def others(mine) -> dict:
+    """{pid: command} of the live processes of this PID namespace other than `mine` and pid 1
+    (zombies have ended: they are nobody's business)."""
+    found = {}
+    try:
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        st = None if pid == 1 or pid in mine else _stat(pid)
+        if st is not None and st[0] not in ("Z", "X"):
+            found[pid] = st[2] or "?"
+    return found
+
+
+def _kill(pids) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+CHECK_PROCESS = str(Path(__file__).resolve().with_name("check_process.py"))
+BESIDE = ("ChildProcess: another process ran while the independent check of {what} did "
+          "(pid {pid}: {cmd}), so the check cannot vouch for this result. An exercise must "
+          "compute its answer in its own code: start no process inside it")
+
+
+class Checks:
+    """The independent checks of one notebook, each exercise in a child of the check server
+    (tfsgrade.check_process), which is started before the kernel (`start`); `run(run)` after
+    the notebook has run gives {exercise: {"docs": [capture, ...], "error": str | None}}."""
+
+    def __init__(self, cfg: dict, plans: dict):
+        self.cfg, self.plans, self.lim = cfg, plans, cfg["limits"]
+        self.watch = bool(cfg.get("pid_namespace"))   # every process in /proc is the task's
+        self.sock, self.server, self.problem = None, None, None
+        self.events: list = []
+
+    def start(self, nb) -> None:
+        if not self.cfg.get("probes"):
+            return
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ, MPLBACKEND="Agg")
+        try:
+            self.server = subprocess.Popen(
+                [sys.executable, "-I", CHECK_PROCESS, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env=env, cwd=self.cfg["cwd"], close_fds=True)
+        except OSError as e:
+            self.problem = f"the check's process could not start ({e})"
+            return
+        finally:
+            theirs.close()
+        self.sock = ours
+        names = " ".join(c.source for c in nb.cells if c.get("cell_type") == "code")
+        wire.send(ours, {"vm": self.cfg.get("vm", ""), "preload": setup_imports(nb.cells),
+                         "path": [p for p in sys.path[1:] if p],
+                         "compile": "compile" in names})
+
+    def _ready(self) -> bool:
+        if self.problem is None and self.sock is not None and not hasattr(self, "_said"):
+            msg, _ = wire.recv(self.sock)
+            self._said = msg
+            if not msg or not msg.get("ready"):
+                self.problem = "the check's process could not start" + (
+                    f" ({msg.get('error')})" if msg else "")
+        return self.problem is None and self.sock is not None
+
+    def stop(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+        if self.server is not None:
+            try:
+                self.server.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+
+    def run(self, run) -> dict:
+        out, end = {}, time.monotonic() + self.lim["notebook_timeout"]
+        for p in self.cfg.get("probes", []):
+            ex = p["exercise"]
+            if ex in run.looping:
+                why = (f"not run: {ex} ran past the {self.lim['cell_timeout']}s limit in the notebook, "
+                       "so its check would too")
+            elif time.monotonic() > end:
+                why = f"not run: the checks' {self.lim['notebook_timeout']}s time budget was spent"
+            elif ex not in self.plans:
+                why = "not run: the grader sent no plan for it"
+            elif not self._ready():
+                why = self.problem
+            else:
+                out[ex] = self.one(p, run.cells_for(check_place(run.nb, p)), run, end)
+                continue
+            out[ex] = {"docs": [], "error": why}
+        self.stop()
+        return out
+
+    def one(self, p: dict, cells: list, run, end: float) -> dict:
+        """One exercise in a fresh child: its cells, then its plan; what came back."""
+        ex, guarded = p["exercise"], bool(p.get("head", {}).get("guarded"))
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        wire.send(self.sock, {"head": p.get("head", {})}, [in_r, out_w])
+        os.close(in_r)
+        os.close(out_w)
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=_read_lines, args=(out_r, lines), daemon=True).start()
+        msg, _ = wire.recv(self.sock)
+        pid = (msg or {}).get("pid")
+        mine = {os.getpid(), self.server.pid, pid}
+        docs, error, to_child = [], None, _Writer(in_w)
+        try:
+            to_child.send({"cells": [[k, python_text(run.cells[k].source)] for k in cells]})
+            spent = sum(run.seconds.get(k, 0.0) for k in cells)
+            kind, got = _wait(lines, DEFINED_KINDS, min(end, time.monotonic() + self.lim["cell_timeout"]
+                                                      + 2 * spent + 10))
+            if kind is None:
+                error = got
+            else:
+                if self.watch:          # what the kernel or the cells left running ends here
+                    _kill(others(mine))
+                to_child.send({"plan": self.plans[ex]})
+                docs, error = self._captures(lines, ex, pid, mine, guarded, end)
+        finally:
+            _kill([pid] if pid else [])
+            to_child.close()
+            if msg is not None:
+                wire.recv(self.sock)       # the server's word that the child has ended
+        if error and error.startswith("ChildProcess"):
+            docs = []
+        return {"docs": docs, "error": error}
+
+    def _captures(self, lines, ex, pid, mine, guarded, end):
+        """The child's capture lines until it says it has ended; a process beside it voids them."""
+        docs, limit = [], min(end, time.monotonic() + self.lim["cell_timeout"])
+        while True:
+            if self.watch and guarded:
+                seen = others(mine)
+                if seen:
+                    _kill(seen)
+                    first = min(seen)
+                    self.events.append({"kind": "beside_check", "exercise": ex, "pids": sorted(seen)[:8]})
+                    return [], BESIDE.format(what=ex, pid=first, cmd=seen[first][:80])
+            try:
+                doc = lines.get(timeout=0.025 if self.watch and guarded else 0.5)
+            except queue.Empty:
+                if time.monotonic() > limit:
+                    return docs, (f"CheckTimeout: {ex} did not return within "
+                                  f"{self.lim['cell_timeout']}s during the independent check "
+                                  "(an endless loop, or far too slow)")
+                continue
+            if doc is None or doc.get("kind") == wire.END:
+                return docs, None if doc else (
+                    "KernelDied: the check's process ended while your code ran (os._exit, a crash "
+                    "or the memory cap)")
+            if doc.get("kind") == wire.CAPTURE:
+                docs.append({k: v for k, v in doc.items() if k != "kind"})
+
+
+DEFINED_KINDS = (wire.DEFINED,)
+
+
+class _Writer:
+    """JSON lines to the child from a thread of their own (a child that stops reading cannot
+    stop the runner), which alone closes the pipe, once all is written or the child is gone."""
+
+    def __init__(self, fd):
+        self.todo: queue.Queue = queue.Queue()
+        threading.Thread(target=self._go, args=(fd,), daemon=True).start()
+
+    def send(self, obj) -> None:
+        self.todo.put((json.dumps(obj) + "\n").encode())
+
+    def close(self) -> None:
+        self.todo.put(None)
+
+    def _go(self, fd) -> None:
+        try:
+            while (data := self.todo.get()) is not None:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def _read_lines(fd, lines) -> None:
+    """The child's lines as documents into `lines` (None at the end); at most CAPTURE_BYTES,
+    and a line that is not a JSON object is dropped."""
+    total = 0
+    with os.fdopen(fd, "rb") as f:
+        for raw in f:
+            total += len(raw)
+            if total > wire.CAPTURE_BYTES:
+                break
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                lines.put(doc)
+    lines.put(None)
+
+
+def _wait(lines, kinds, until: float):
+    """(kind, document) of the first line of one of `kinds`, or (None, why)."""
+    while True:
+        try:
+            doc = lines.get(timeout=max(0.01, until - time.monotonic()))
+        except queue.Empty:
+            return None, ("CheckTimeout: your notebook's cells did not finish in the independent "
+                          "check's process in time (an endless loop at the top of a cell?)")
+        if doc is None:
+            return None, ("KernelDied: the check's process ended while running your cells (os._exit, "
+                          "a crash or the memory cap)")
+        if doc.get("kind") in kinds:
+            return doc.get("kind"), doc
 
 
 def _client_class(nbformat, NotebookClient, cap: int):
@@ -261,8 +432,6 @@ class Run:
             nbformat.write(self.nb, cfg["notebook"])
         except OSError:
             pass
-        self.probe_cells = insert_probes(self.nb, cfg.get("probes", []))
-        self.watch = bool(cfg.get("pid_namespace"))   # a namespace of its own: every process in /proc is the task's
         self.cells = self.nb.cells
         # the grading fast path: demonstration cells that the coordinator (tfsgrade.demos) found
         # nothing else needs are left out, unless the grader says run_demos
@@ -274,7 +443,9 @@ class Run:
         # {graded cell: its exercise}, as the specs declare them (the probes' cells)
         self.owners = {g: p["exercise"] for p in cfg.get("probes", []) for g in p.get("cells", ())}
         self.looping = set()   # exercises whose code ran past the cell limit: their later checks would too
+        self.broken = set()    # cells that ran past the limit, killed the kernel or never ran
         self.done, self.restarts = [], 0
+        self.checks: dict = {}
 
     def client(self):
         lim = self.lim
@@ -289,6 +460,7 @@ class Run:
 
     # -- marking cells ------------------------------------------------------------------------
     def fail(self, i, ename, evalue):
+        self.broken.add(i)
         c = self.cells[i]
         c.outputs = list(c.get("outputs", [])) + [self.nbf.v4.new_output(
             "error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])]
@@ -302,9 +474,6 @@ class Run:
             self.events.append({"cell": idx[0], "kind": "not_run", "cells": idx, "why": why})
 
     def exercise_of(self, c):
-        ex = _probe_of(c, self.probe_cells)
-        if ex:
-            return ex
         gid = str(c.get("metadata", {}).get("nbgrader", {}).get("grade_id", ""))
         return self.owners.get(gid) or (gid if gid in self.owners.values() else None)
 
@@ -317,9 +486,8 @@ class Run:
         ex = self.exercise_of(c)
         meta = c.get("metadata", {}).get("nbgrader", {})
         gid = str(meta.get("grade_id", ""))
-        probe = _probe_of(c, self.probe_cells)
-        if ex not in self.looping or not (gid.startswith("test_") or probe):
-            if meta.get("solution") or probe:
+        if ex not in self.looping or not gid.startswith("test_"):
+            if meta.get("solution"):
                 return False
             ex = next((e for e in self.looping if re.search(rf"\b{re.escape(e)}\b", c.source)), None)
             if ex is None:
@@ -332,14 +500,23 @@ class Run:
         return True
 
     def timed_out(self, k):
+        self.broken.add(k)
         ex = self.exercise_of(self.cells[k])
         if ex:
             self.looping.add(ex)
 
     # -- executing ----------------------------------------------------------------------------
     def quiet(self, k) -> bool:
-        """Probe cells and graded test cells (hidden tests) run silently and without history."""
-        return _probe_of(self.cells[k], self.probe_cells) is not None or _graded_test(self.cells[k])
+        """Graded test cells (hidden tests) run silently and without history."""
+        return _graded_test(self.cells[k])
+
+    def cells_for(self, place: int) -> list:
+        """The cells above `place` that the check's process runs: every code cell the kernel ran
+        to its end (demonstrations left out, graded test cells and cells that looped, killed
+        the kernel or never ran are not)."""
+        ran = set(self.done)
+        return [k for k in range(place) if self.cells[k].cell_type == "code" and k in ran
+                and k not in self.broken and k not in self.demo and not _graded_test(self.cells[k])]
 
     @staticmethod
     def run_quiet(c0, cell, k, count=None):
@@ -368,17 +545,12 @@ class Run:
     def replay(self, c0):
         """After a restart: the cells done so far, again, silently, to restore the kernel's
         state. A replay never changes a result: every cell keeps the outputs of its first run
-        (nbclient would put the replayed copy in its place), and the probe's cells are not
-        replayed (a submission that crashed its kernel on purpose would otherwise have its
-        checks run again on answers it computed after seeing the first run's inputs; and a
-        guard cell without its probe cell would leave its guard on)."""
+        (nbclient would put the replayed copy in its place)."""
         replayed = []
         for k in self.done:
             if time.monotonic() > self.deadline:
                 raise BudgetSpent()
             own = self.cells[k]
-            if _probe_of(own, self.probe_cells) is not None:
-                continue
             try:
                 if self.quiet(k):
                     self.run_quiet(c0, copy.deepcopy(own), k)
@@ -391,26 +563,11 @@ class Run:
         if replayed:
             self.forget(c0, self.done[-1], replayed, 0)
 
-    def run_probe(self, c0, c, i):
-        """A probe cell; a process of the task outside the kernel (a double fork), before or
-        after it, voids its captures."""
-        kernel = getattr(c0.km.provisioner, "pid", None) if self.watch else None
-        found = strays(kernel) if kernel else []
-        self.run_quiet(c0, c, i)                       # it drops its own text from linecache
-        found = found or (strays(kernel) if kernel else [])
-        if found:                                      # its captures are void: never used
-            msg = STRAY_MESSAGE.format(pids=", ".join(map(str, found[:3])))
-            c.outputs = [self.nbf.v4.new_output("error", ename="ChildProcess",
-                                                evalue=msg.split(": ", 1)[1], traceback=[msg])]
-            self.events.append({"cell": i, "kind": "stray_process", "pids": found[:8]})
-
     def run_cell(self, c0, i, count) -> int:
         """Cell i in kernel c0; returns the prompt number of the next cell."""
         c = self.cells[i]
         t = time.monotonic()
-        if _probe_of(c, self.probe_cells) is not None:
-            self.run_probe(c0, c, i)
-        elif self.quiet(i):
+        if self.quiet(i):
             self.run_quiet(c0, c, i, count)
             self.forget(c0, i, [c.source], 1)
             count += 1
@@ -491,27 +648,37 @@ class Run:
                 if self.i is None:
                     return
 
-    def result(self) -> str:
+    def result(self, checks: dict, events=()) -> str:
         self.nb.metadata.pop("widgets", None)
-        probes, events, seconds = strip_probes(self.nb, self.probe_cells, self.events, self.seconds)
-        return json.dumps({"notebook": self.nbf.writes(self.nb), "events": events,
-                           "seconds": seconds, "restarts": self.restarts, "started": self.started,
+        return json.dumps({"notebook": self.nbf.writes(self.nb), "events": self.events + list(events),
+                           "seconds": self.seconds, "restarts": self.restarts, "started": self.started,
                            "demos_left_out": len(self.demo),
-                           "uid": os.getuid(), "probes": probes})
+                           "uid": os.getuid(), "probes": checks})
+
+
+def read_plans(fd: int) -> dict:
+    """{exercise: plan} from the coordinator's pipe, read whole, before anything starts."""
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
+    return json.loads(data) if data else {}
 
 
 def main():
     cfg = json.load(open(sys.argv[1]))
     out_fd = int(sys.argv[2])
     os.set_inheritable(out_fd, False)
+    plans = read_plans(int(sys.argv[3])) if len(sys.argv) > 3 else {}
     _limit(cfg)
     import nbformat                                    # after the limits and the uid drop
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     run = Run(cfg, nbformat, NotebookClient, (CellTimeoutError, DeadKernelError))
+    checks = Checks(cfg, plans)
+    checks.start(run.nb)                               # before the kernel: no student code yet
     run.execute()
+    results = checks.run(run)
     with os.fdopen(out_fd, "w") as f:
-        f.write(run.result())
+        f.write(run.result(results, checks.events))
 
 if __name__ == "__main__":
     main()

@@ -2,15 +2,18 @@
 (`tfscratch.specs`) is scored here, outside the student's process.
 
 - `prepare(assignment, seed)` / `reference_wants(plans)`: what goes into the sandbox with the
-  notebook, and what the reference gives on it. For each exercise, a guard cell holding the
-  probe machine's text (`tfscratch/specs/fixtures.py` then `vm.py`, run as one fresh module, so nothing the student
-  patched in the course package is used), which puts the shortcut guard on, and a probe cell
-  holding the plan, whose inputs are drawn from the task's own seed (`Settings.item_seed`: per student and per submission, from the instructor's
-  secret); and the reference's captures on the same plan. Both run in the Dask worker
-  (`run.run_task`), outside the sandbox, so a class's reference runs are spread over the
-  workers like its notebooks.
-  The runner puts each guard and probe cell right before the exercise's first graded test
-  cell, so the probe sees exactly what the test cells see, and returns what it captured (npz, never pickle).
+  notebook, and what the reference gives on it. For each exercise, its public part (the grade
+  ids it backs and the plan's head: the forbidden groups, nothing drawn for the submission)
+  and its plan, whose inputs are drawn from the task's own seed (`Settings.item_seed`: per
+  student and per submission, from the instructor's secret); with them, the probe machine's
+  text (`VM_SOURCE`: `tfscratch/specs/fixtures.py` then `vm.py`, run as one fresh module in the
+  check's own process, so nothing the student patched in the course package is used); and the
+  reference's captures on the same plan. Both run in the Dask worker (`dispatch.run_task`),
+  outside the sandbox, so a class's reference runs are spread over the workers like its
+  notebooks. The plans reach the runner through a pipe, never a file in the sandbox; the
+  runner checks each exercise in a process of its own (tfsgrade.check_process) that runs the
+  student's cells above the exercise's first graded test cell, so it sees exactly what the
+  test cells see, and returns what it captured (npz, never pickle).
 - `decode(...)`: the captures back, checked before anything is decompressed: exactly one
   capture per probe of the plan, in the plan's order, naming only that probe's keys, with
   declared sizes (base64 length, the zip's central directory, each array's npy header) within
@@ -27,12 +30,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import io
 import json
 import zipfile
 import zlib
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +54,6 @@ def _probe_source() -> str:
 
 VM_SOURCE = _probe_source()
 FORGED = "a capture the probe did not make"
-STRAY = "#stray"            # runner: probe-MIME outputs found outside the probe cells
 
 # What a capture may hold, checked before decompression. The reference's captures of every
 # notebook total under 1 MB; a probe's own recorders (`.shapes`) stay under 1 MB.
@@ -61,44 +61,6 @@ KEY_SLACK, KEY_FLOOR = 16, 2**20           # one array: 16 x the reference's, pl
 ITEM_CAP = 64 * 2**20                      # everything one submission's probes decompress to
 B64_CAP = 6 * 2**20                        # one capture's text (the runner keeps 4 MB a cell)
 MAX_MEMBERS = 4096                         # arrays in one capture
-
-# The probe's two cells (tfscratch.specs.vm, "in the grading sandbox"): the guard cell holds the
-# probe machine's text and the plan's head, nothing drawn for the submission, and puts the
-# guard on; the probe cell, run right after it, holds the machine's text again and the plan
-# with its inputs, and runs it under that guard (taken over as data from the guard cell's
-# module, left in sys.modules under a name drawn for the task). Only the builtins module and
-# the probe machine's own module are used: a name the student bound (`from torch import *`
-# binds `compile`; `max`, `sum`, `print`, `exec`, `globals`...) is never looked up. The boot
-# code runs in its own namespace; at the end it drops the cell's text from linecache (the plan
-# is not left in the kernel for later cells).
-_BOOT = '''import linecache, sys, types
-try:
-    m = types.ModuleType("tfs_probe_vm")
-    m.__dict__["__builtins__"] = __builtins__
-    exec(compile(vm_source, "tfs_probe_vm", "exec"), m.__dict__)
-    if guard:
-        m.kernel_guard(plan, user_ns)
-        sys.modules[key] = m
-    else:
-        m.kernel_run(plan, user_ns, sys.modules.pop(key, None))
-finally:
-    linecache.cache.pop(sys._getframe(0).f_back.f_code.co_filename, None)
-'''
-_CELL = '''import builtins as __tfs_b
-try:
-    __tfs_b.exec({boot!r}, {{"__builtins__": __tfs_b, "__name__": "tfs_probe_boot",
-        "user_ns": __tfs_b.globals(), "vm_source": {vm!r}, "plan": {plan!r}, "key": {key!r},
-        "guard": {guard!r}}})
-finally:
-    del __tfs_b
-'''
-
-
-def boot_cell(vm_text: str, plan_json: str, key: str, guard: bool) -> str:
-    """The guard cell (`guard`: the machine puts the guard on and leaves its module under
-    `key`) or the probe cell (the machine takes that guard over and runs the plan)."""
-    return _CELL.format(boot=_BOOT, vm=vm_text, plan=plan_json, key=key, guard=bool(guard))
-
 
 def dask_setup(worker=None) -> None:
     """Dask's preload hook (run._local_cluster): a worker imports every spec while it starts,
@@ -111,30 +73,15 @@ def dask_setup(worker=None) -> None:
         pass
 
 
-def _key(plan: dict, seed: int) -> str:
-    """Where the guard cell leaves its module for the probe cell: a name drawn from the task's
-    seed, which the student's code cannot know in advance."""
-    return "_" + hashlib.sha256(f"{seed}/{plan['exercise']}".encode()).hexdigest()[:24]
-
-
-def guard_source(plan: dict, seed: int) -> str:
-    """The guard cell: the machine and the plan's head (no inputs)."""
-    return boot_cell(VM_SOURCE, json.dumps(vm.head(plan)), _key(plan, seed), guard=True)
-
-
-def cell_source(plan: dict, seed: int) -> str:
-    """The probe cell: the machine again and the plan, its inputs included."""
-    return boot_cell(VM_SOURCE, json.dumps(plan), _key(plan, seed), guard=False)
-
-
 def prepare(assignment: str, seed: int) -> tuple[list, list]:
-    """([probe cell], plans) for one task: each exercise's plan built once, for its probe cell
-    and for the reference's run (`wants`)."""
+    """([{"public": ..., "plan": ...}], plans) for one task: each exercise's plan built once, for
+    its check (public: the exercise, the grade ids it backs, the plan's head; plan: the whole
+    plan, its inputs packed) and for the reference's run (`wants`)."""
     plans = [(ex, *engine.build_plan(ex, seed)) for ex in engine.specs_for(assignment)]
-    cells = [{"exercise": ex.name, "cells": sorted(ex.cells()), "guard": guard_source(plan, seed),
-              "source": cell_source(dict(plan, tensors=vm.pack(tensors)), seed)}
-             for ex, plan, tensors in plans]
-    return cells, plans
+    checks = [{"public": {"exercise": ex.name, "cells": sorted(ex.cells()), "head": vm.head(plan)},
+               "plan": dict(plan, tensors=vm.pack(tensors))}
+              for ex, plan, tensors in plans]
+    return checks, plans
 
 
 def reference_wants(plans) -> dict:
@@ -147,11 +94,6 @@ def reference_wants(plans) -> dict:
             raise RuntimeError(f"the spec of {ex.name} fails on the reference: {errors}")
         out[ex.name] = {"caps": vm.pack(res["caps"]), "meta": res["meta"]}
     return out
-
-
-@lru_cache(maxsize=4)
-def probe_cells(assignment: str, seed: int) -> tuple:
-    return tuple(prepare(assignment, seed)[0])
 
 
 def reference(ex, seed: int) -> dict:
@@ -266,11 +208,6 @@ def decode(probes: dict | None, assignment: str | None = None, wants: dict | Non
     documents are only read, each within the hard cap."""
     problems = [] if problems is None else problems
     probes = dict(probes or {})
-    stray = probes.pop(STRAY, None)
-    if stray:
-        stray = stray if isinstance(stray, dict) else {}
-        problems.append(f"{FORGED}: {stray.get('count', 1)} capture output(s) outside the "
-                        f"independent check's cells (cells {stray.get('cells', [])[:8]}); ignored")
     specs = {ex.name: ex for ex in engine.specs_for(assignment)} if assignment else {}
     budget = [ITEM_CAP]
     out = {}

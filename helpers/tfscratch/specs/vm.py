@@ -2,15 +2,15 @@
 
 The same code runs in two places:
 
-- in the grading sandbox, inside the student's kernel, on the student's object: the grader
-  embeds this file's *text* in a guard cell (so nothing the student patched in `tfscratch`
-  is used) that puts the shortcut guard on, then sends the plan with its inputs in a probe
-  cell right after it (`kernel_guard`, `kernel_run`), and reads the captures back from the
-  cell's output as an `.npz` (never pickle);
+- in the grading sandbox, in the independent check's own process (tfsgrade.check_process):
+  a fresh `python -I` forked before any code of the student's exists, where `lock_guard`
+  puts the shortcut guard on for good, then the student's cells are run, then the plan with
+  its inputs arrives and `run_probes` captures plain tensors, written to the runner as `.npz`
+  (never pickle);
 - in the coordinator, on the course's reference object, with the same plan: what the
   reference captures is what the student's object should have captured.
 
-In the probe cell it imports torch, numpy and the standard library only, never the course
+In the check's process it imports torch, numpy and the standard library only, never the course
 (imported from the package, it imports its stand-ins from `fixtures.py`).
 
 A plan (JSON, plus its tensors in an npz) is a list of probes. A probe may construct the
@@ -23,9 +23,9 @@ inputs that ask for them for a given upstream gradient (`backward`), and whether
 While a plan's probes run, the shortcut groups it names (`"forbid"`: the exercise's own
 PyTorch built-ins, rows of tfscratch.shortcuts carried by the plan) are refused at the operator level, in every thread (`_Guard`);
 a call with `"memory_limit": bytes` measures how much the whole process's resident memory grows
-while it runs (every thread counted) and captures the growth when it passes that allowance;
-in the grading sandbox (`strict`), a process of the student's running beside a guarded plan
-voids its probes.
+while it runs (every thread counted) and captures the growth when it passes that allowance.
+A process running beside a guarded plan is the sandbox runner's to see (it watches the
+sandbox's processes from outside the check's process).
 
 Values in args/kwargs: JSON scalars and lists, or {"$t": key} a tensor of the plan,
 {"$tuple": [...]}, {"$dtype": "float64"}, {"$prev": [call, output_path]} an earlier call's
@@ -34,6 +34,7 @@ an object built by this machine (`FIXTURES`, fixtures.py: stand-in models for de
 {"$generator": seed} a seeded torch.Generator.
 """
 import base64
+import functools
 import io
 import json
 import os
@@ -71,9 +72,9 @@ def _np(t):
 
 
 # -- stand-ins and drivers (FIXTURES, DRIVERS): fixtures.py. Imported from the package, this
-# module imports them on the next line; the probe cell has no such line (tfsgrade.verdict drops
-# every line marked PACKAGE_ONLY and puts fixtures.py's text first, in this same module), so
-# nothing in the student's kernel can steer the probe to the package the student may patch.
+# module imports them on the next line; the check's process has no such line (tfsgrade.verdict
+# drops every line marked PACKAGE_ONLY and puts fixtures.py's text first, in this same module),
+# so the machine that checks is the text the coordinator sent, whatever the package holds.
 from tfscratch.specs.fixtures import DRIVERS, FIXTURES  # PACKAGE_ONLY
 
 
@@ -368,28 +369,25 @@ class _Guard:
     torch.library override, global to the process, so every thread meets it) and every
     forbidden Python function of torch (its code swapped for one that raises) refuse to run;
     torch.compile'd functions run eagerly. `check()` after each probe says whether a shortcut
-    ran (even one the student's code caught), whether the guard is still as installed, and,
-    `strict` (the grading sandbox), whether a process of the student's ran meanwhile (it would
-    be out of every rule here: the guard, the memory measure)."""
+    ran (even one the student's code caught) and whether the guard is still as installed.
 
-    def __init__(self, forbid=None, strict: bool = False, preload_compile: bool = False):
+    `locked` (the check's own process, `lock_guard`): the guard never comes off. The overrides
+    are registered through a dispatcher library handle that no Python object keeps (it is
+    leaked on purpose: nothing to find with gc and `_destroy`), and the refused functions'
+    own code is not kept (nothing to put back)."""
+
+    def __init__(self, forbid=None, preload_compile: bool = False, locked: bool = False):
         if forbid is not None and not isinstance(forbid, dict):   # never a silent empty guard
             raise TypeError("a plan's forbid is {group: [label, aten operators, Python functions]}")
         self.forbid = {g: (row[0], tuple(row[1]), tuple(row[2])) for g, row in (forbid or {}).items()}
         self.groups = list(self.forbid)
-        self.strict = strict
-        self.preload_compile = preload_compile
+        self.preload_compile, self.locked = preload_compile, locked
         self.trips, self.swapped, self.lib, self.stance = [], [], None, None
         self.problem = None
 
     def __enter__(self):
         if self.groups and self.preload_compile:
-            _load_compile()      # before the process snapshot and the overrides
-        if self.strict:
-            kids = _children()
-            if kids:
-                self.problem = _process_message(kids)
-            self.usage = _child_usage()
+            _load_compile()      # before the overrides
         if self.groups:
             try:
                 self._install()
@@ -399,7 +397,12 @@ class _Guard:
         return self
 
     def _install(self):
-        self.lib = torch.library.Library("aten", "IMPL")
+        if self.locked:     # the C++ handle only: torch.library.Library would keep a Python object
+            handle = torch._C._dispatch_library("IMPL", "aten", "", "tfs-check-guard", 0)
+            impl = functools.partial(_impl_on, handle)
+        else:
+            self.lib = torch.library.Library("aten", "IMPL")
+            impl = self.lib.impl
         label = ", ".join(self.forbid[g][0] for g in self.groups)
         with warnings.catch_warnings():   # "overriding a previously registered kernel"
             warnings.simplefilter("ignore")
@@ -407,12 +410,16 @@ class _Guard:
                 _, ops, paths = self.forbid[g]
                 for op in ops:
                     for name, key in _kernels(op):
-                        self.lib.impl(name, self._refuser(op, label), key)
+                        impl(name, self._refuser(op, label), key)
                 for name, fn in _python_functions(paths, ops):
                     if all(fn is not f for f, _, _ in self.swapped):
-                        self.swapped.append((fn, fn.__code__, fn.__kwdefaults__))
+                        own = (None, None) if self.locked else (fn.__code__, fn.__kwdefaults__)
+                        self.swapped.append((fn, *own))
                         fn.__code__ = _refused.__code__
                         fn.__kwdefaults__ = {"_tfs_refuse": self._refuser(name, label)}
+        if self.locked:
+            _leak(handle)   # kept alive by one reference no Python object holds
+            del handle, impl
         self.stance, self.compiled = _force_eager(), _compiled()
         self.table = self._table()
 
@@ -442,22 +449,10 @@ class _Guard:
     def start(self) -> None:
         self.trips.clear()
 
-    def waited(self) -> None:
-        """Before the first probe: a shortcut that ran since the guard went on (while the
-        check's inputs were on their way in) voids every probe of the plan."""
-        if self.trips and not self.problem:
-            self.problem = ("ShortcutUsed: code of yours ran while the independent check was "
-                            f"receiving its inputs. {self.trips[0]}")
-
     def check(self) -> str | None:
         """Why the probe that just ran cannot count, or None."""
         if self.problem:
             return self.problem
-        if self.strict:
-            kids = _children()
-            if kids or _child_usage() != self.usage:
-                self.problem = _process_message(kids)
-                return self.problem
         if not self.groups:
             return None
         if not _same_table(self._table(), self.table) \
@@ -477,6 +472,8 @@ class _Guard:
         return f"ShortcutUsed: {self.trips[0]}" if self.trips else None
 
     def __exit__(self, *exc):
+        if self.locked:             # for good: the check's process ends with its plan
+            return False
         if self.lib is not None:
             self.lib._destroy()
             self.lib = None
@@ -487,6 +484,24 @@ class _Guard:
             self.stance.__exit__(None, None, None)
             self.stance = None
         return False
+
+
+def _impl_on(handle, name, fn, key):
+    handle.impl(name, key, fn, False)
+
+
+def _leak(obj) -> None:
+    """One reference to `obj` that no Python object holds: it lives as long as the process."""
+    import ctypes
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+def lock_guard(forbid) -> _Guard:
+    """The check's own process (tfsgrade.check_process): the plan's guard on for good, put on
+    before any code of the student's exists in the process, so nothing the student's code
+    does later (a `torch.library.get_kernel`, a handle kept from before, a `gc` walk) reaches
+    an operator's own kernel. torch.compile is loaded first where the process asked for it."""
+    return _Guard(forbid, locked=True).__enter__()
 
 
 def _same_table(now, then) -> bool:
@@ -584,46 +599,6 @@ def _compiled() -> int:
     utils = sys.modules.get("torch._dynamo.utils")
     counters = getattr(utils, "counters", None)
     return int(counters["frames"]["total"]) if counters is not None else 0
-
-
-def _children() -> list:
-    """The pids of this process's child processes (zombies included); [] without /proc."""
-    me, kids = os.getpid(), []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return []
-    for d in names:
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if int(stat[stat.rfind(b")") + 2:].split()[1]) == me:
-            kids.append(int(d))
-    return kids
-
-
-def _child_usage():
-    """The resources used by this process's children that have ended and been waited for: a
-    child that ran and ended between two readings changes it (no clock involved: page faults
-    and context switches)."""
-    try:
-        import resource
-    except ImportError:
-        return None
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (r.ru_minflt, r.ru_majflt, r.ru_nvcsw, r.ru_nivcsw, r.ru_maxrss)
-
-
-def _process_message(kids) -> str:
-    return ("ChildProcess: a process your notebook started ran while the independent check did"
-            + (f" (pid {', '.join(map(str, kids[:3]))})" if kids else "") + ": the check runs "
-            "your code in the kernel alone, where its rules hold. Use no subprocess, "
-            "multiprocessing or os.fork inside an exercise, and end any process an earlier cell "
-            "started")
 
 
 # -- the memory rule: the whole process's resident memory, every thread counted --------------
@@ -831,43 +806,34 @@ def _guarded(plan: dict) -> bool:
 def head(plan: dict) -> dict:
     """What the guard needs of a plan, and nothing drawn for the submission: the exercise, its
     target's name, the forbidden groups and whether the plan is guarded. In the grading
-    sandbox it travels in a cell of its own (the guard cell), ahead of the inputs."""
+    sandbox the check's process gets it first, and its inputs only after the student's cells."""
     return {"exercise": plan["exercise"], "target": plan["target"],
             "forbid": plan.get("forbid"), "guarded": _guarded(plan)}
 
 
-def _new_guard(plan_head: dict, namespace: dict, strict: bool) -> _Guard:
-    """The plan's shortcut guard, not yet on."""
-    forbid = plan_head.get("forbid")
-    return _Guard(forbid, strict=strict and plan_head["guarded"],
-                  preload_compile=bool(forbid) and _names_compile(namespace))
-
-
-def open_guard(plan_head: dict, namespace: dict, strict: bool = False) -> _Guard:
+def open_guard(plan_head: dict, namespace: dict) -> _Guard:
     """The plan's shortcut guard, on (entered): `.__exit__()` takes it off."""
-    return _new_guard(plan_head, namespace, strict).__enter__()
+    forbid = plan_head.get("forbid")
+    return _Guard(forbid, preload_compile=bool(forbid) and _names_compile(namespace)).__enter__()
 
 
-def run_plan(plan: dict, namespace: dict, tensors: dict | None = None, emit=None,
-             strict: bool = False) -> dict:
+def run_plan(plan: dict, namespace: dict, tensors: dict | None = None, emit=None) -> dict:
     """Run every probe of a plan on `namespace[plan['target']]`, with the shortcut guard of
-    the plan's `forbid` groups on. `emit(doc)` is called after each probe (in the kernel:
-    displays it, so the probes done survive a later crash). `strict` (the grading sandbox)
-    also refuses the probes of a guarded plan (forbidden shortcuts or a memory rule) when a
-    process of the student's runs beside them.
+    the plan's `forbid` groups on for the while. `emit(doc)` is called after each probe.
     Returns {"caps": arrays, "meta": {...}} merged over all probes."""
-    guard = open_guard(head(plan), namespace, strict)
+    guard = open_guard(head(plan), namespace)
     try:
-        return _run_probes(plan, namespace, tensors, emit, guard)
+        return run_probes(plan, namespace, tensors, emit, guard)
     finally:
         guard.__exit__()
 
 
-def _run_probes(plan: dict, namespace: dict, tensors, emit, guard: _Guard) -> dict:
+def run_probes(plan: dict, namespace: dict, tensors, emit, guard: _Guard) -> dict:
+    """The plan's probes under a guard that is already on (run_plan's, or the check process's
+    `lock_guard`); `tensors` None: the plan's own packed inputs."""
     tensors = unpack(plan.get("tensors", "")) if tensors is None else tensors
     caps, meta = {}, {}
     target = _lookup(namespace, plan["target"])
-    guard.waited()
     for probe in plan["probes"]:
         if target is None:
             c, m = {}, {f"{probe['name']}.error": f"NameError: {plan['target']!r} is not defined"}
@@ -880,140 +846,3 @@ def _run_probes(plan: dict, namespace: dict, tensors, emit, guard: _Guard) -> di
                   "meta": m})
     return {"caps": caps, "meta": meta}
 
-
-# -- in the grading sandbox: two cells, the guard first, then the inputs ----------------------
-# The guard cell carries this machine and the plan's head (`head`), nothing drawn for the
-# submission; it puts the guard on and leaves it on. The probe cell, run right after it,
-# carries this machine again and the whole plan, inputs included. So whatever of the student's
-# sees the inputs on their way in (an audit hook on the cell's compile, a trace function, a
-# thread, a pre_execute or input-transformer hook, a gc callback) runs with the guard already
-# on: a forbidden built-in it calls is refused and voids the check, and the memory rule and the
-# child-process check are in force.
-# Between the two cells the guard cell's module sits in sys.modules under a name drawn for the
-# task. The probe cell runs its own fresh copy of this machine and takes over from that module
-# only the guard's state, as plain data it checks (`_adopt`): never code the student could have
-# replaced in between, and never a guard other than the plan's.
-
-_PENDING: dict = {}           # the guard cell's guard's state, until the probe cell takes it over
-
-
-def kernel_guard(head_json: str, namespace: dict) -> None:
-    """Entry point of the guard cell in the student's kernel: the guard on, left on (an
-    interrupted or failed start takes off whatever it had put on)."""
-    guard = _new_guard(json.loads(head_json), namespace, strict=True)
-    _PENDING["state"] = guard.__dict__   # what the probe cell takes over: data only
-    try:
-        guard.__enter__()
-    except BaseException:
-        _PENDING.pop("state", None)
-        guard.__exit__()
-        raise
-
-
-def kernel_run(plan_json: str, namespace: dict, guard_module=None) -> None:
-    """Entry point of the probe cell: the plan's probes, under the guard the guard cell put
-    on (taken over from `guard_module`, the guard cell's module, by `_adopt`), which comes
-    off at the end."""
-    from IPython.display import display
-    plan = json.loads(plan_json)
-    guard = _adopt(guard_module, plan)
-
-    def emit(doc):
-        display({MIME: doc, "text/plain": f"[independent check: {doc['exercise']}/{doc['probe']}]"},
-                raw=True)
-    try:
-        _run_probes(plan, namespace, None, emit, guard)
-    finally:
-        guard.__exit__()
-
-
-_STATE = {"forbid": dict, "groups": list, "strict": bool, "trips": list, "swapped": list,
-          "problem": (str, type(None))}
-_STATE_GUARDED = {"table": tuple, "compiled": int, "lib": torch.library.Library}
-
-
-def _adopt(module, plan: dict) -> _Guard:
-    """A guard of this (fresh) machine holding the state of the guard cell's guard, or one that
-    voids every probe of the plan (no guard cell, a guard replaced or changed in between).
-    It reads the guard cell's objects without running any of their code: exact type tests on
-    the guard's own attribute dict (which the guard cell left), the groups and the strict flag
-    the plan's own (this guard keeps its own), the installed table copied, and the guard still
-    as installed (`_table()` now equals that copy)."""
-    guard = _Guard(plan.get("forbid"), strict=_guarded(plan))
-    pending = module.__dict__.get("_PENDING") if type(module) is types.ModuleType else None
-    state = pending.pop("state", None) if type(pending) is dict else None
-    if not _adoptable(state, guard):
-        guard.problem = ("GuardChanged: the independent check's guard was not on when its inputs "
-                         "arrived (its guard cell did not run, or the guard was changed since)")
-        _take_off(state)
-        return guard
-    guard.trips, guard.swapped, guard.problem = state["trips"], list(state["swapped"]), state["problem"]
-    guard.usage = state.get("usage")
-    if guard.groups:
-        guard.lib, guard.compiled, guard.stance = state["lib"], state["compiled"], state.get("stance")
-        guard.table = _copied_table(state["table"])
-        if guard.stance is None and "torch._dynamo" in sys.modules:
-            guard.stance = _force_eager()          # torch.compile loaded since the guard cell
-        if guard.table is None or not _same_table(guard._table(), guard.table) or \
-                ("torch._dynamo" in sys.modules and _stance() != "force_eager"):
-            guard.problem = ("GuardChanged: the shortcut guard was changed before your code ran "
-                             "(between the check's two cells)")
-    return guard
-
-
-def _adoptable(state, guard: _Guard) -> bool:
-    kinds = dict(_STATE, **(_STATE_GUARDED if guard.groups else {}))
-    want = {"forbid": guard.forbid, "groups": guard.groups, "strict": guard.strict}
-    return type(state) is dict and all(_is_str(k, k) for k in state) \
-        and all(type(state.get(k)) in (t if type(t) is tuple else (t,)) for k, t in kinds.items()) \
-        and all(_plain_equal(state[k], v) for k, v in want.items()) \
-        and all(_swap_record(x) for x in state["swapped"])
-
-
-def _swap_record(x) -> bool:
-    """(function, its own code, its keyword defaults): one refused function's record."""
-    return type(x) is tuple and len(x) == 3 and type(x[0]) is types.FunctionType \
-        and type(x[1]) is types.CodeType
-
-
-def _copied_table(table):
-    """The guard's installed table as `_table()` gives it, copied (the guard cell's lists stay
-    the student's to reach), or None when it is not of that form."""
-    if len(table) != 2 or type(table[0]) is not list or type(table[1]) is not list \
-            or not all(type(ln) is str for ln in table[0]) \
-            or not all(type(x) is tuple and len(x) == 2 and type(x[0]) is types.CodeType
-                       for x in table[1]):
-        return None
-    return list(table[0]), list(table[1])
-
-
-def _take_off(state) -> None:
-    """A guard cell's guard that could not be taken over still comes off (as far as its state
-    can be read), so the notebook's later cells run without it."""
-    if type(state) is not dict:
-        return
-    left = _Guard(None)
-    if type(state.get("lib")) is torch.library.Library:
-        left.lib = state["lib"]
-    if type(state.get("swapped")) is list:
-        left.swapped = [x for x in state["swapped"] if _swap_record(x)]
-    left.stance = state.get("stance")
-    try:
-        left.__exit__()
-    except Exception:  # noqa: BLE001 - best effort: the check is void anyway
-        pass
-
-
-def _plain_equal(a, b) -> bool:
-    """a == b for JSON-like data (dict, list, tuple, str, bool, int, float, None), comparing
-    exact types only, so nothing of the learner's runs."""
-    if type(a) is not type(b):
-        return False
-    if type(a) is dict:
-        return len(a) == len(b) and all(_is_str(k, k) and k in b and _plain_equal(v, b[k])
-                                        for k, v in a.items())
-    if type(a) in (list, tuple):
-        return len(a) == len(b) and all(_plain_equal(x, y) for x, y in zip(a, b))
-    if type(a) in (str, bool, int, float, type(None)):
-        return a == b
-    return False
