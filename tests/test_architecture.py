@@ -163,10 +163,9 @@ def test_the_probe_machine_imports_torch_numpy_and_the_standard_library_only(nam
         "numpy", "torch", "IPython"}, mods   # ctypes: malloc_trim and mallopt
 
 
-def test_the_probe_cell_carries_the_stand_ins_first_and_imports_nothing_of_the_course():
-    """The probe cell's module: fixtures.py's text, then vm.py's without its PACKAGE_ONLY import,
-    so no state of the kernel (a patched builtins.globals, a deleted FIXTURES) can make it import
-    the student's copy of tfscratch."""
+def test_the_checks_machine_carries_the_stand_ins_first_and_imports_nothing_of_the_course():
+    """The machine the check's process runs: fixtures.py's text, then vm.py's without its
+    PACKAGE_ONLY import, so nothing in the course package as the sandbox holds it is used."""
     from tfscratch.specs import fixtures
     from tfsgrade import verdict
     text = verdict.VM_SOURCE

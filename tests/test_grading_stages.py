@@ -162,10 +162,10 @@ def test_watchdog_caps_children_together_without_a_cgroup(monkeypatch):
     assert out.cells[2].outputs[0]["text"] == "42\n"   # ... and the notebook went on
 
 
-def test_probe_cells_go_after_their_solution_cell_and_come_out_again():
-    """runner.insert_probes / strip_probes: the probe cell follows the exercise's solution
-    cell; afterwards the notebook is the student's again, its events and timings renumbered,
-    and the probe's captures (or its error) come back per exercise."""
+def test_the_check_runs_the_cells_above_the_exercises_first_test_cell():
+    """runner.check_place / Run.cells_for: the check of an exercise runs the code cells above
+    its first graded test cell that the kernel ran to their end: not the test cells, not a
+    demonstration left out, not a cell that looped or killed the kernel."""
     import nbformat
     from tfsgrade import sandbox_runner as runner
     nb = nbformat.v4.new_notebook()
@@ -173,20 +173,16 @@ def test_probe_cells_go_after_their_solution_cell_and_come_out_again():
     sol.metadata["nbgrader"] = {"grade_id": "softmax", "solution": True}
     test = nbformat.v4.new_code_cell("chk.check_softmax_rows(softmax)")
     test.metadata["nbgrader"] = {"grade_id": "test_softmax_rows", "grade": True}
-    nb.cells = [nbformat.v4.new_code_cell("import torch"), sol, test]
-    made = runner.insert_probes(nb, [{"exercise": "softmax", "source": "probe()", "cells": ["test_softmax_rows"]}])
-    assert [c.source for c in nb.cells] == ["import torch", sol.source, "probe()", test.source]
-    nb.cells[2].outputs = [nbformat.v4.new_output("display_data", data={
-        runner.PROBE_MIME: {"exercise": "softmax", "probe": "rows", "caps": "", "meta": {}}})]
-    events = [{"cell": 2, "kind": "timeout"}, {"cell": 3, "kind": "died"},
-              {"cell": 2, "kind": "not_run", "cells": [2, 3], "why": "budget"}]
-    probes, ev, secs = runner.strip_probes(nb, made, events, {0: 0.1, 2: 0.5, 3: 1.0})
-    assert [c.source for c in nb.cells] == ["import torch", sol.source, test.source]
-    assert probes["softmax"]["docs"][0]["probe"] == "rows" and probes["softmax"]["error"] is None
-    assert ev[0] == {"kind": "timeout", "probe": "softmax"}
-    assert ev[1] == {"cell": 2, "kind": "died"}
-    assert ev[2]["cells"] == [2] and ev[2]["cell"] == 2
-    assert secs == {0: 0.1, 2: 1.0}
+    helper = nbformat.v4.new_code_cell("def _helper(): ...")
+    nb.cells = [nbformat.v4.new_code_cell("import torch"), nbformat.v4.new_markdown_cell("text"),
+                sol, helper, nbformat.v4.new_code_cell("while True: pass"), test,
+                nbformat.v4.new_code_cell("later = 1")]
+    p = {"exercise": "softmax", "cells": ["test_softmax_rows"]}
+    assert runner.check_place(nb, p) == 5
+    assert runner.check_place(nb, dict(p, cells=[])) == 3          # no test cell: after the solution
+    run = runner.Run.__new__(runner.Run)
+    run.cells, run.done, run.broken, run.demo = nb.cells, [0, 2, 3, 4, 5, 6], {4}, {3}
+    assert run.cells_for(5) == [0, 2]
 
 
 def test_verdict_of_a_probe_that_never_came_back_is_a_failure_with_the_reason():

@@ -1,6 +1,6 @@
-"""Issue 26, classes 5, 6 and 8, and Deliver 4, unit by unit: the captures the grader accepts
-(forged, duplicated, oversized, zip bombs), the seed each submission gets, where each probe cell
-goes, and a probe cell that no name of the student's namespace can bend.
+"""The channel between the check and the grader, unit by unit: the captures the grader accepts
+(forged, duplicated, oversized, zip bombs), the seed each submission gets, where each exercise
+is checked, and a check that no name of the student's namespace can bend.
 End to end, in the trust class: tests/test_trust_channel.py."""
 import base64
 import copy
@@ -17,7 +17,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from nbtools import A01, NOTEBOOKS, read
+from nbtools import A01, NOTEBOOKS, read, solution_sources
 from tfscratch.specs import engine, vm
 from tfsgrade import sandbox_runner, verdict
 from tfsgrade.settings import Settings, derive_seed
@@ -89,13 +89,6 @@ def test_unknown_out_of_order_and_foreign_captures_are_flagged(honest):
     first, second = engine.specs_for(A01)[0].probes[:2]
     assert set(second.cells) <= failed                    # which of its two is real: unknown
     assert not set(first.cells) - set(second.cells) & failed   # the others did not count
-
-
-def test_a_capture_outside_the_probe_cells_flags_the_item(honest):
-    probes, wants = copy.deepcopy(honest)
-    probes[verdict.STRAY] = {"docs": [], "cells": [9, 12], "count": 2}
-    failed, problems = _judge(probes, wants)
-    assert failed == set() and any("outside the independent check's cells" in p for p in problems)
 
 
 def test_meta_for_another_probe_and_object_arrays_are_refused(honest):
@@ -284,7 +277,7 @@ def test_the_secret_cannot_be_read_inside_the_sandbox(tmp_path):
     assert s.probe_key.decode() not in r.stdout + r.stderr
 
 
-# -- where the probe cells go -------------------------------------------------------------------
+# -- where each exercise is checked ------------------------------------------------------------
 
 def _nb(*cells):
     nb = nbformat.v4.new_notebook()
@@ -304,88 +297,70 @@ def _test(g):
     return {"grade_id": g, "grade": True}
 
 
-def test_the_probe_sees_a_helper_defined_below_the_solution():
+def test_the_check_sees_a_helper_defined_below_the_solution():
     nb = _nb(("import torch", None), ("def softmax(x): return _h(x)", _sol("softmax")),
              ("def _h(x): ...", None), ("chk.test_softmax_rows(softmax)", _test("test_softmax_rows")))
-    sandbox_runner.insert_probes(nb, [{"exercise": "softmax", "cells": ["test_softmax_rows"], "source": "P"}])
-    assert [c.source for c in nb.cells][2:] == ["def _h(x): ...", "P", "chk.test_softmax_rows(softmax)"]
+    assert sandbox_runner.check_place(nb, {"exercise": "softmax", "cells": ["test_softmax_rows"]}) == 3
 
 
 def test_exercise_names_that_prefix_others_get_their_own_place():
-    """06: Encoder and EncoderLayer: each probe goes before the test cells its spec declares,
+    """06: Encoder and EncoderLayer: each is checked before the test cells its spec declares,
     never by a prefix of the grade ids."""
     nb = _nb(("class EncoderLayer: ...", _sol("EncoderLayer")),
              ("t", _test("test_EncoderLayer_structure")),
              ("class Encoder: ...", _sol("Encoder")), ("t2", _test("test_Encoder_structure")))
-    made = sandbox_runner.insert_probes(nb, [{"exercise": "Encoder", "source": "PE", "cells": ["test_Encoder_structure"]},
-                                     {"exercise": "EncoderLayer", "source": "PL",
-                                      "cells": ["test_EncoderLayer_structure"]}])
-    assert [c.source for c in nb.cells] == ["class EncoderLayer: ...", "PL", "t",
-                                            "class Encoder: ...", "PE", "t2"]
-    assert sorted(made.values()) == ["Encoder", "EncoderLayer"]
+    place = sandbox_runner.check_place
+    assert place(nb, {"exercise": "Encoder", "cells": ["test_Encoder_structure"]}) == 3
+    assert place(nb, {"exercise": "EncoderLayer", "cells": ["test_EncoderLayer_structure"]}) == 1
 
 
 @pytest.mark.parametrize("assignment", ["01_attention", "02_masks", "06_blocks", "09_modern_decoder"])
-def test_each_probe_sits_right_before_its_exercises_first_test_cell(assignment):
+def test_each_check_sees_the_cells_above_its_exercises_first_test_cell(assignment):
     """In the released notebooks (02 rebinds scaled_dot_product_attention, 06 has Encoder and
-    EncoderLayer): each exercise's probe cell comes after its solution cell and right before
-    the first graded test cell its probes back."""
+    EncoderLayer): each exercise is checked after its solution cell, right before the first
+    graded test cell its probes back."""
     nb = read(NOTEBOOKS / f"{assignment}.ipynb")
-    cells = [dict(c, guard=f"GUARD {c['exercise']}", source=f"PROBE {c['exercise']}")
-             for c in verdict.probe_cells(assignment, 1)]
-    made = sandbox_runner.insert_probes(nb, cells)
-    assert len(made) == 2 * len(cells)           # each exercise: its guard cell and its probe cell
+    checks, _ = verdict.prepare(assignment, 1)
     gid = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
-    for ex in engine.specs_for(assignment):
-        at = next(i for i, c in enumerate(nb.cells) if c.source == f"PROBE {ex.name}")
-        first = min(gid.index(g) for g in ex.cells())
-        assert at + 1 == first, (ex.name, at, first)
-        assert nb.cells[at - 1].source == f"GUARD {ex.name}"
-        assert gid.index(ex.name) < at - 1
+    for c in checks:
+        ex = next(e for e in engine.specs_for(assignment) if e.name == c["public"]["exercise"])
+        at = sandbox_runner.check_place(nb, c["public"])
+        assert at == min(gid.index(g) for g in ex.cells()), ex.name
+        assert gid.index(ex.name) < at
+        assert set(c["public"]) == {"exercise", "cells", "head"}     # nothing drawn for the submission
+        assert "tensors" not in json.dumps(c["public"])
 
 
-# -- a probe cell the namespace cannot bend --------------------------------------------------
+# -- a check the namespace cannot bend ----------------------------------------------------------
 
-_REBOUND = r"""
-import builtins, json, sys
-import IPython.display
-sys.path.insert(0, sys.argv[1])
-from nbtools import solution_sources
-cells = json.loads(sys.stdin.read())
-ns = {"__builtins__": builtins, "__name__": "__main__"}
-exec("from torch import *\nfrom numpy import *\nimport torch, math\n", ns)
-for src in solution_sources("01_attention").values():
-    exec(src, ns)
-ns.update(print=None, max=3, sum=0, exec="fast", globals={"lr": 0.1}, types=None, json=None,
-          linecache=None, sys=None, vm=None, __import__=None)
-assert ns["compile"] is not builtins.compile          # torch.compile
-docs = []
-IPython.display.display = lambda obj, raw=False: docs.append(obj["application/x-tfs-probe+json"])
-probes = {}
-for name, (guard, src) in cells.items():
-    docs.clear()
-    builtins.exec(builtins.compile(guard, "<guard " + name + ">", "exec"), ns)
-    assert not docs
-    builtins.exec(builtins.compile(src, "<probe " + name + ">", "exec"), ns)
-    probes[name] = {"docs": list(docs), "error": None}
-builtins.print(json.dumps({"probes": probes, "left": "__tfs_b" in ns}))
+SHADOWS = """from torch import *
+from numpy import *
+import torch, math
+import builtins as _b
+print, max, sum, exec, globals = None, 3, 0, "fast", {"lr": 0.1}
+types = json = linecache = sys = vm = os = None
 """
 
 
-def test_the_probe_cell_ignores_every_name_the_student_rebound(honest):
-    """The probe cell in a namespace where `from torch import *` and `from numpy import *` ran
-    (torch.compile shadows compile) and print, max, sum, exec, globals, __import__, types,
-    json, linecache are rebound: its captures are those of the honest run. (A fresh process:
-    the probe machine's strict mode refuses to vouch for a plan beside child processes, which
-    a test session has.)"""
-    from nbtools import REPO
-    cells = {c["exercise"]: (c["guard"], c["source"]) for c in verdict.probe_cells(A01, SEED)}
-    r = subprocess.run([sys.executable, "-c", _REBOUND, str(REPO / "tests")], input=json.dumps(cells),
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got["left"] is False
-    probes = got["probes"]
+def test_the_check_ignores_every_name_the_student_rebound(honest):
+    """The check's process after `from torch import *` and `from numpy import *` (torch.compile
+    shadows compile) and print, max, sum, exec, globals, types, json, linecache, sys, os
+    rebound: its captures are those of the honest run."""
+    from dataclasses import asdict
+    from types import SimpleNamespace
+
+    from tfsgrade.settings import Limits
+    checks, _ = verdict.prepare(A01, SEED)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(SHADOWS)] + [
+        nbformat.v4.new_code_cell(src) for src in solution_sources(A01).values()]
+    cfg = {"probes": [c["public"] for c in checks], "vm": verdict.VM_SOURCE, "cwd": "/tmp",
+           "pid_namespace": False, "limits": asdict(Limits(cell_timeout=60, notebook_timeout=300))}
+    run = sandbox_runner.Checks(cfg, {c["public"]["exercise"]: c["plan"] for c in checks})
+    run.start(nb)
+    fake = SimpleNamespace(looping=set(), nb=nb, cells=nb.cells, seconds={},
+                           cells_for=lambda place: list(range(len(nb.cells))))
+    probes = run.run(fake)
     failed, problems = _judge(probes, honest[1])
     assert failed == set() and problems == []
     assert [d["probe"] for d in probes["softmax"]["docs"]] == [p.name for p in engine.specs_for(A01)[0].probes]
@@ -393,9 +368,9 @@ def test_the_probe_cell_ignores_every_name_the_student_rebound(honest):
 
 @pytest.mark.slow
 def test_quiet_cells_leave_no_trace_in_the_kernels_history(tmp_path):
-    """Runner, unsandboxed: a graded test cell with hidden tests and a probe cell run silently
-    and without history; a last cell that prints In, _ih, Out, _oh, %history and linecache's
-    cells shows neither, and the prompt numbers stay one per cell, increasing."""
+    """Runner, unsandboxed: a graded test cell with hidden tests runs silently and without
+    history; a last cell that prints In, _ih, Out, _oh, %history and linecache's cells shows
+    none of it, and the prompt numbers stay one per cell, increasing."""
     from dataclasses import asdict
 
     from tfsgrade.sandbox import execute_task
@@ -406,54 +381,32 @@ def test_quiet_cells_leave_no_trace_in_the_kernels_history(tmp_path):
              ("y = 1\ny", None),
              ("import linecache\nprint(In, _ih, Out, _oh)\n%history\n"
               "print([''.join(v[2]) for k, v in linecache.cache.items() if len(v) > 2 and "
-              "('ipykernel' in k or k.startswith('<'))])\nprint('z is', z)", None))
-    machine = ("def kernel_guard(plan, ns):\n    pass\n"
-               "def kernel_run(plan, ns, guard_module):\n    ns['z'] = guard_module is not None\n")
-    probe = {"exercise": "f", "cells": ["test_f_value"],    # the real boots, a stand-in machine
-             "guard": verdict.boot_cell(machine, '{"seed": 4241}', "_k", guard=True),
-             "source": verdict.boot_cell(machine, '{"seed": 4242}', "_k", guard=False)}
+              "('ipykernel' in k or k.startswith('<'))])", None))
     r = execute_task({"student": "s", "assignment": "t", "notebook": nbformat.writes(nb).encode(),
-                      "limits": asdict(Limits(cell_timeout=60, notebook_timeout=300)),
-                      "sandbox": False, "probes": [probe]})
+                      "limits": asdict(Limits(cell_timeout=60, notebook_timeout=300)), "sandbox": False})
     out = nbformat.reads(r["notebook"], as_version=4)
     printed = "".join(o.get("text", "") for o in out.cells[-1].outputs)
     assert "y = 1" in printed and "def f()" in printed, printed
-    assert "z is True" in printed, printed        # the probe cell found the guard cell's module
-    for secret in ("9173", "4241", "4242", "HIDDEN", "SECRET", "__tfs_b", "kernel_"):
+    for secret in ("9173", "HIDDEN", "SECRET", "__tfs_b"):
         assert secret not in printed, (secret, printed)
     assert [c.execution_count for c in out.cells] == [1, 2, 3, 4, 5]
     assert "Out[4]" not in printed and "{4: 1}" in printed, printed   # y's result, at its own number
-    assert out.cells[2].outputs == [] and r["probes"]["f"] == {"docs": [], "error": None}
 
 
 @pytest.mark.slow
-def test_a_later_cell_cannot_rewrite_the_checks_outputs_through_a_display_id():
-    """Runner, unsandboxed (the red-team read): a display shown in the probe cell under a display
-    id the student's code chose, then updated from a later cell with a capture of the student's
-    making, leaves the probe cell's outputs as they were; so does the same in a graded test
-    cell (its outputs are final once it ran)."""
+def test_a_later_cell_cannot_rewrite_a_test_cells_outputs_through_a_display_id():
+    """Runner, unsandboxed: a display shown in a graded test cell under a display id, updated
+    from a later cell, leaves the test cell's outputs as they were (final once it ran)."""
     from dataclasses import asdict
 
     from tfsgrade.sandbox import execute_task
     from tfsgrade.settings import Limits
-    real = {"exercise": "f", "probe": "p", "caps": "", "meta": {"real": 1}}
-    forged = dict(real, meta={"forged": 1})
-    machine = ("def kernel_guard(plan, ns):\n    pass\n"
-               "def kernel_run(plan, ns, guard_module):\n"
-               "    from IPython.display import display\n"
-               f"    display({{{vm.MIME!r}: {real!r}}}, raw=True, display_id='slot')\n")
     nb = _nb(("def f(): return 1", _sol("f")),
              ("from IPython.display import display\nassert f() == 1\n"
               "display({'text/plain': 'passed'}, raw=True, display_id='mine')", _test("test_f_value")),
              ("from IPython.display import update_display\n"
-              f"update_display({{{vm.MIME!r}: {forged!r}}}, raw=True, display_id='slot')\n"
               "update_display({'text/plain': 'rewritten'}, raw=True, display_id='mine')", None))
-    probe = {"exercise": "f", "cells": ["test_f_value"],
-             "guard": verdict.boot_cell(machine, "{}", "_k", guard=True),
-             "source": verdict.boot_cell(machine, "{}", "_k", guard=False)}
     r = execute_task({"student": "s", "assignment": "t", "notebook": nbformat.writes(nb).encode(),
-                      "limits": asdict(Limits(cell_timeout=60, notebook_timeout=300)),
-                      "sandbox": False, "probes": [probe]})
-    assert r["probes"]["f"] == {"docs": [real], "error": None}, r["probes"]
+                      "limits": asdict(Limits(cell_timeout=60, notebook_timeout=300)), "sandbox": False})
     out = nbformat.reads(r["notebook"], as_version=4)
     assert "passed" in json.dumps(out.cells[1].outputs) and "rewritten" not in json.dumps(out.cells[1].outputs)

@@ -1,7 +1,8 @@
 """Issue 26, classes 5, 6 and 8, end to end in the trust class (tests/hostile/trust_channel.py):
 honest code keeps its marks whatever it names and wherever its helpers are; the kernel's
-history never shows the hidden tests or the probe's plan; a forged capture or a decompression
-bomb flags the item, never counts, and never ends the class run."""
+history never shows the hidden tests or the check's plan; a forged capture or a decompression
+bomb written to the check's own channel flags the item, never counts, and never ends the class
+run."""
 import pytest
 import nbformat
 
@@ -61,21 +62,20 @@ def test_history_shows_neither_hidden_tests_nor_the_plan(class_trust):
 
 
 def test_forged_captures_are_flagged_and_never_count(class_trust):
-    """6: wrong softmax whose post_execute hook displays captures of the right answer after
-    every cell (after the probe's own, which used to win): flagged, and the forged captures
-    earn nothing (softmax's large-logit check fails as the code does)."""
+    """6: wrong softmax that writes captures of the right answer to the check's own channel,
+    ahead of the probe's own: flagged, and the forged captures earn nothing (softmax's
+    large-logit check fails as the code does); its frame walk puts it to review."""
     row = class_trust[A01]["rows"]["chan_forge"]
     assert FORGED in row["flags"], row
-    assert "outside the independent check's cells" in row["flags"], row   # the test cells' ones
-    assert row["status"] == "graded"
+    assert row["status"] == "review"
     assert float(row[A01]) <= _full() - _pts("test_softmax_stable"), row
 
 
 def test_a_decompression_bomb_is_refused_before_it_is_opened(class_trust):
-    """6: 512 MB of zeros in a 0.7 MB capture, displayed with the probe's MIME type while the
-    probe runs: refused on its declared size, the item flagged, the class graded."""
+    """6: 512 MB of zeros in a 0.7 MB capture, written to the check's channel while the probe
+    runs: refused on its declared size, the item flagged, the class graded."""
     rows = class_trust[A01]["rows"]
     row = rows["chan_bomb"]
     assert "too large to judge" in row["flags"] and FORGED in row["flags"], row
-    assert row["status"] == "graded" and float(row[A01]) >= _pts("test_softmax"), row
-    assert all(r["status"] == "graded" for r in rows.values()), rows
+    assert row["status"] == "review" and float(row[A01]) >= _pts("test_softmax"), row
+    assert all(r["status"] in ("graded", "review") for r in rows.values()), rows   # none flagged

@@ -48,6 +48,7 @@ class Item:
                                                    # submission's (Canvas); lms_late decides
     answer_changed: list[str] = field(default_factory=list)  # hand-graded answers edited since
     graded_at: str = ""                            # the run that graded it (ISO, UTC)
+    review: list[str] = field(default_factory=list)  # code the scan cannot read: status `review`
 
 
 def unpack(src: Path, work: Path) -> Path:

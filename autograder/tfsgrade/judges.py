@@ -53,6 +53,12 @@ def scan_judge(items, s, gb) -> None:
                 continue
             nb = nbformat.reads(it.notebook, as_version=4)
             res = scan.scan_notebook(nb, a, released=released, source=source)
+            hidden = {f.exercise for f in res.hidden}
+            for gid in [g for g, ex in owners.items() if ex in hidden]:
+                try:                # listed for a person in the formgrader; the score stays
+                    gb.find_grade(gid, a, a, it.student).needs_manual_grade = True
+                except Exception:  # noqa: BLE001 - nbgrader recorded no such cell
+                    continue
             for gid, why in res.zeroed_cells(owners).items():
                 try:
                     g = gb.find_grade(gid, a, a, it.student)
@@ -69,6 +75,8 @@ def scan_judge(items, s, gb) -> None:
                              "grade into a new output folder")
             it.reasons += [f"scan: {n}" for n in notes]
             it.flags += notes
+            it.review += [f"{f.exercise}: {f.describe()}" + (f" `{f.code[:120]}`" if f.code else "")
+                          for f in res.hidden]
 
 
 def similarity_judge(items, s, gb) -> None:

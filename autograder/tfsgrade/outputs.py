@@ -31,6 +31,7 @@ from pathlib import Path
 from . import course, manual, record, term
 
 WAITING = "waiting for a grader"
+REVIEW = "review"       # status: code the scan cannot read in an exercise (the points shown, a person decides)
 COLUMNS = ["total", "max_total", "status", "notes", "sandbox", "flags", "submitted_at",
            "lms_late", manual.PENDING, "waiting", "late", "late_penalty"]
 
@@ -154,7 +155,8 @@ def _row(st, mine, names, marks, saved) -> list:
     got = {a: marks[(st, a)] for a in names if (st, a) in marks and by_a[a].status == "graded"}
     max_total = sum(_max_of(marks, a) for a in names)
     waiting = [(a, g, p) for a, m in got.items() for g, p in m.waiting]
-    status = "flagged" if any(it.status == "flagged" for it in mine) else "graded"
+    status = ("flagged" if any(it.status == "flagged" for it in mine) else
+              REVIEW if any(it.review for it in mine) else "graded")
     sandbox = next((saved.get(f"{st}/{it.assignment}", {}).get("sandbox") for it in mine), "") or ""
     from . import intake
     return [st, *[f"{got[a].score:g}" if a in got else "" for a in names],

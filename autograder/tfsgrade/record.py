@@ -20,7 +20,7 @@ from .intake import Item
 
 RECORD_FILE = "record.json"
 FIELDS = ("status", "reasons", "flags", "submitted_at", "submitted_from", "lms_late", "origin",
-          "time_known", "answer_changed", "graded_at")
+          "time_known", "answer_changed", "graded_at", "review")
 
 
 @contextlib.contextmanager

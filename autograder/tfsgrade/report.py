@@ -179,7 +179,8 @@ def _score_lines(items, names, marks, totals, max_total) -> list[str]:
         mine = {it.assignment: it for it in items if it.student == s}
         cells = [_score_cell(mine[a], marks.get((s, a))) if a in mine and mine[a].status == "graded"
                  else "flagged" if a in mine else "" for a in names]
-        status = "flagged" if any(i.status == "flagged" for i in mine.values()) else "graded"
+        status = ("flagged" if any(i.status == "flagged" for i in mine.values()) else
+                  "review" if any(i.review for i in mine.values()) else "graded")
         if any(marks.get((s, a)) and marks[(s, a)].waiting for a in names):
             status += ", waiting for a grader"
         md.append(f"| {s} | " + " | ".join(cells) + f" | {totals[s]:g}/{max_total:g} | {status} |")
@@ -209,6 +210,11 @@ def _review_lines(items) -> list[str]:
           "equal to the model answer or a classmate's (side by side in similarity.html), and "
           "answers changed since you graded them by hand.", ""]
     md += [f"- **{it.student} / {it.assignment}**: {f}" for it, f in review] or ["None."]
+    md += ["", "## Status review: code the scan cannot read", "",
+           "Inside an exercise: a name computed at run time, code run from a string, a loader, "
+           "the interpreter's objects searched, PyTorch's internals. The points it earned are "
+           "counted above; decide them in the formgrader, where its test cells are listed.", ""]
+    md += [f"- **{it.student} / {it.assignment}**: {r}" for it in items for r in it.review] or ["None."]
     md += ["", "## Flagged submissions", ""]
     flagged = [(it, r) for it in items for r in it.reasons]
     md += [f"- **{it.student} / {it.assignment}** ({it.status}): {r}" for it, r in flagged] or ["None."]

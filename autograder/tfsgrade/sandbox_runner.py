@@ -198,6 +198,17 @@ def _kill(pids) -> None:
             pass
 
 
+def _end(pids, mine, wait_s: float = 5.0) -> None:
+    """Kill `pids` and wait until none of them is alive any more (a killed process takes a
+    moment to die; only then do the check's inputs go out)."""
+    pids = set(pids)
+    until = time.monotonic() + wait_s
+    while pids and time.monotonic() < until:
+        _kill(pids)
+        time.sleep(0.01)
+        pids &= set(others(mine))
+
+
 CHECK_PROCESS = str(Path(__file__).resolve().with_name("check_process.py"))
 BESIDE = ("ChildProcess: another process ran while the independent check of {what} did "
           "(pid {pid}: {cmd}), so the check cannot vouch for this result. An exercise must "
@@ -297,7 +308,7 @@ class Checks:
                 error = got
             else:
                 if self.watch:          # what the kernel or the cells left running ends here
-                    _kill(others(mine))
+                    _end(others(mine), mine)
                 to_child.send({"plan": self.plans[ex]})
                 docs, error = self._captures(lines, ex, pid, mine, guarded, end)
         finally:

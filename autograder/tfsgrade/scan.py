@@ -41,7 +41,7 @@ from .cells import written as _written
 from .cells import meta as _meta
 from .cells import source as _src
 from .scan_rules import (  # noqa: F401  (CERTAIN, REVIEW, GROUPS, exercise_groups: the scan's API)
-    CERTAIN, GROUPS, REVIEW, exercise_groups, _ASSIGN_OK, _ATTR_CALLS, _BUILTINS, _CE_LEAVES,
+    CERTAIN, EXERCISE_ONLY_KINDS, GROUPS, HIDDEN_KINDS, REVIEW, exercise_groups, _ASSIGN_OK, _ATTR_CALLS, _BUILTINS, _CE_LEAVES,
     _CE_LS_POS, _COURSE_PATH, _DANGER, _DANGER_LEAF, _EXEC_CALLS, _FRAME_ATTRS, _HOOK_ATTRS, _MAGICS_FILES,
     _MAGICS_OK, _MAGICS_SUBPROCESS, _OPEN_CALLS, _REEXPORTED, _SHELL_OK, _STAR_INTROSPECT)
 
@@ -78,6 +78,12 @@ class ScanResult:
     @property
     def review(self) -> list[Finding]:
         return [f for f in self.findings if f.certainty == REVIEW]
+
+    @property
+    def hidden(self) -> list[Finding]:
+        """What the scan cannot read, in an exercise's own cells (scan_rules.HIDDEN_KINDS): the
+        submission goes to review with these lines."""
+        return [f for f in self.review if f.kind in HIDDEN_KINDS and f.exercise]
 
     def zeroed(self) -> dict[str, str]:
         """exercise -> reason, for every exercise the scan scores 0 (a certain shortcut)."""
@@ -908,6 +914,8 @@ class _Scanner:
         self.student_cells: set[int] = set()
 
     def add(self, f: Finding):
+        if f.kind in EXERCISE_ONLY_KINDS and f.exercise is None:
+            return
         key = (f.cell, f.line, f.kind, f.certainty, f.exercise, f.message)
         if key not in self._seen:
             self._seen.add(key)

@@ -149,7 +149,31 @@ _DANGER: list[tuple[str, str, str]] = [
     ("os.putenv", "environment", "changes the environment"),
     ("tfscratch.checks.core._Guard", "torch-function-mode", "reaches the shortcut guard"),
     ("tfscratch.checks.core.no_shortcuts", "torch-function-mode", "reaches the shortcut guard"),
+    # code behind names resolved at run time, or library code run again from its source
+    ("pydoc.locate", "hidden-code", "resolves a name at run time (pydoc.locate)"),
+    ("pkgutil.resolve_name", "hidden-code", "resolves a name at run time (pkgutil.resolve_name)"),
+    ("pickle", "hidden-code", "loads objects (and the functions they name) with pickle"),
+    ("_pickle", "hidden-code", "loads objects with pickle"),
+    ("copyreg", "hidden-code", "changes how objects are loaded"),
+    ("typing.get_type_hints", "hidden-code", "evaluates string annotations (code in a string)"),
+    ("inspect.getsource", "hidden-code", "reads source code, to run it again"),
+    ("operator.attrgetter", "hidden-code", "looks attributes up by a name given at run time"),
+    ("operator.methodcaller", "hidden-code", "calls a method by a name given at run time"),
+    ("torch._C", "hidden-code", "reaches PyTorch's C internals"),
+    ("torch._decomp", "hidden-code", "reaches PyTorch's Python implementations of its operators"),
+    ("torch._refs", "hidden-code", "reaches PyTorch's Python implementations of its operators"),
+    ("torch._prims", "hidden-code", "reaches PyTorch's primitive operators"),
+    ("torch._ops", "hidden-code", "reaches PyTorch's operator registry"),
 ]
+
+# What the scan cannot read: in an exercise's own cells, a finding of one of these kinds marks
+# the submission `review` (grades.csv's status, the report, the formgrader's needs-grading
+# list) with its lines; the points the code earned are shown, for a person to decide.
+HIDDEN_KINDS = frozenset({"hidden-code", "dynamic-code", "dynamic-lookup", "import-machinery",
+                          "torch-function-mode", "introspection", "native"})
+# Kinds that only matter inside an exercise: a process an earlier cell left running ends
+# before any check begins (tfsgrade.sandbox_runner), so it cannot touch a result.
+EXERCISE_ONLY_KINDS = frozenset({"subprocess"})
 _DANGER_LEAF = {"CheckFailed": ("tamper", "refers to the checks' failure exception"),
                 "ShortcutUsed": ("tamper", "refers to the shortcut guard's exception")}
 

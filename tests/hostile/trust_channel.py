@@ -56,17 +56,35 @@ print("linecache:", _peek(["".join(v[2]) for k, v in list(linecache.cache.items(
 %history
 """
 # what none of the student's outputs may hold: the hidden tests and the probe's plan
-SECRET_TEXT = ("BEGIN HIDDEN TESTS", "seed=9173", "seed=4242", "kernel_guard", "kernel_run", "tfs_probe",
-               '"target"', "x-tfs-probe")
+SECRET_TEXT = ("BEGIN HIDDEN TESTS", "seed=9173", "seed=4242", "lock_guard", "run_probes", "tfs_check",
+               '"target"', '"tensors"')
+
+# The check's own channel, as a student who read the grader would find it: the one pipe the
+# check's process may write to (stdout and stderr go nowhere there); None in the kernel.
+_CHANNEL = """import fcntl as _fcntl, json as _json, os as _os, stat as _stat, sys as _sys
+
+def _channel():
+    if "ipykernel" in _sys.modules:
+        return None
+    for fd in range(3, 256):
+        try:
+            if _stat.S_ISFIFO(_os.fstat(fd).st_mode) and \\
+                    _fcntl.fcntl(fd, _fcntl.F_GETFL) & _os.O_ACCMODE == _os.O_WRONLY:
+                return fd
+        except OSError:
+            pass
+
+def _send(doc):
+    fd = _channel()
+    if fd is not None:
+        _os.write(fd, (_json.dumps(dict(doc, kind="capture")) + "\\n").encode())
+"""
 
 # 6: wrong code (overflows on large logits) that forges the captures the check expects: it
-# reads the probe's frame, computes the right answer on the side, and displays its own capture
-# documents after every cell, after the probe's real ones (before issue 26 the last one won)
-FORGE = """import base64 as _b64, io as _io, sys as _sys
+# reads the probe's frame, computes the right answer on the side, and writes its own capture
+# for that probe to the check's channel before the probe's real one
+FORGE = _CHANNEL + """import base64 as _b64, io as _io
 import numpy as _np
-from IPython.display import display as _display
-
-_FORGED = []
 
 def _probe_frame():
     f = _sys._getframe(2)            # up the stack to the probe machine's frame that holds it
@@ -80,29 +98,17 @@ def softmax(x, dim=-1):
     if isinstance(probe, dict) and isinstance(ci, int):
         z = x.detach().double()
         z = (z - z.amax(dim=dim, keepdim=True)).exp()
-        _FORGED.append((probe["name"], ci, (z / z.sum(dim=dim, keepdim=True)).to(x.dtype).numpy()))
-    return x.exp() / x.exp().sum(dim=dim, keepdim=True)
-
-def _forge(*_):
-    by = {}
-    for name, ci, good in _FORGED:
-        by.setdefault(name, {})[f"{name}.{ci}.out"] = good
-    _FORGED.clear()
-    for name, caps in by.items():
         buf = _io.BytesIO()
-        _np.savez_compressed(buf, **caps)
-        _display({"application/x-tfs-probe+json": {
-            "exercise": "softmax", "probe": name, "caps": _b64.b64encode(buf.getvalue()).decode(),
-            "meta": {}}, "text/plain": "[check]"}, raw=True)
-
-get_ipython().events.register("post_execute", _forge)
+        _np.savez_compressed(buf, **{f"{probe['name']}.{ci}.out": (z / z.sum(dim=dim, keepdim=True)).to(x.dtype).numpy()})
+        _send({"exercise": "softmax", "probe": probe["name"],
+               "caps": _b64.b64encode(buf.getvalue()).decode(), "meta": {}})
+    return x.exp() / x.exp().sum(dim=dim, keepdim=True)
 """
 
-# 6: a decompression bomb (512 MB of zeros in a 0.5 MB npz) displayed with the probe's MIME
-# type by the attention function, once, while the probe calls it
-BOMB = """import base64 as _b64, io as _io, sys as _sys, zipfile as _zf
+# 6: a decompression bomb (512 MB of zeros in a 0.5 MB npz) written to the check's channel by
+# the attention function, once, while the probe calls it
+BOMB = _CHANNEL + """import base64 as _b64, io as _io, zipfile as _zf
 import numpy as _np
-from IPython.display import display as _display
 
 _BOMBED = []
 
@@ -128,9 +134,8 @@ def scaled_dot_product_attention(q, k, v):
     probe = f.f_locals.get("probe") if f is not None else None
     if isinstance(probe, dict) and not _BOMBED:
         _BOMBED.append(1)
-        _display({"application/x-tfs-probe+json": {
-            "exercise": "scaled_dot_product_attention", "probe": probe["name"],
-            "caps": _bomb(probe["name"]), "meta": {}}, "text/plain": "[check]"}, raw=True)
+        _send({"exercise": "scaled_dot_product_attention", "probe": probe["name"],
+               "caps": _bomb(probe["name"]), "meta": {}})
     d_k = q.size(-1)
     weights = softmax(q @ k.transpose(-2, -1) / math.sqrt(d_k), dim=-1)
     return weights @ v, weights

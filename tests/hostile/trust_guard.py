@@ -77,21 +77,6 @@ def flash_attention(q, k, v, block_size=64, causal=False):
     return out.get()
 """
 
-# a helper process that leaves the kernel (a double fork: its parent exits at once, so it is
-# reparented to the sandbox's init and the kernel has no child to see), alive while the checks run
-DOUBLE_FORK = """import os as _os, time as _time
-_pid = _os.fork()
-if _pid == 0:
-    if _os.fork() == 0:
-        _time.sleep(600)
-    _os._exit(0)
-_os.waitpid(_pid, 0)
-
-def softmax(x, dim=-1):
-    e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
-    return e / e.sum(dim=dim, keepdim=True)
-"""
-
 # Both cheats below give the forbidden built-in's values and a naive softmax's gradient; on
 # their own (the cheat foiled) they are that naive softmax, which overflows on far-apart logits.
 _NAIVE = """import torch.nn.functional as _F
@@ -107,10 +92,10 @@ def _key(x, dim):
         return None
 """
 
-# an audit hook, set before the check, that reads the probe cell's packed inputs as IPython
-# compiles the cell and computes F.softmax on every one of them, along every axis, at once;
-# softmax then hands out those answers. Before the guard cell existed, the hook ran before the
-# guard went on; now it runs under it, and the refused call voids the check.
+# an audit hook, set before the check, that reads the check's packed inputs wherever code is
+# compiled and computes F.softmax on every one of them, along every axis, at once; softmax
+# then hands out those answers. The inputs never reach the kernel, and in the check's own
+# process they arrive as data, never compiled: softmax is left with its naive softmax.
 AUDIT_HOOK = _NAIVE + """import base64 as _b64, io as _io, re as _re, sys as _sys
 import numpy as _np
 _SEEN = {}
@@ -145,9 +130,8 @@ def softmax(x, dim=-1):
 # softmax keeps every input it is called with on disk; the next exercise's cell computes
 # F.softmax on them (no guard on then), stores the answers and kills the kernel, so that the
 # runner replays the cells done so far in a fresh kernel, where softmax hands out the answers.
-# A replay never changes a result (the probe's cells are not replayed; every cell keeps its
-# first run's outputs): softmax keeps the naive softmax's grades, and the cell that killed the
-# kernel loses its exercise.
+# The check's inputs were never in the kernel, so the answers are for other inputs: softmax
+# keeps the naive softmax's grades, and the cell that killed the kernel loses its exercise.
 REPLAY = _NAIVE + """import os as _os
 _SEEN = []
 
@@ -179,9 +163,7 @@ EXPECT = {  # (assignment, student): (the graded cells that score 0, what the fe
     (A01, "guard_aten_queue"): (("softmax",), "Shortcut used"),
     (A10, "guard_naive_pool"): (MEMORY_CELLS, "every thread counted"),
     (A10, "guard_naive_queue"): (MEMORY_CELLS, "every thread counted"),
-    # alive beside every later check: all of 01's exercises lose their points
-    (A01, "guard_double_fork"): (("softmax", "scaled_dot_product_attention"), "double fork"),
-    (A01, "guard_audit_hook"): (("softmax",), "while the independent check was receiving its inputs"),
+    (A01, "guard_audit_hook"): (("test_softmax_stable", "test_softmax_random"), None),
     (A01, "guard_replay"): (("test_softmax_stable", "test_softmax_random", "scaled_dot_product_attention"),
                             "kernel died"),
 }
@@ -192,7 +174,6 @@ def students():
     return [("guard_softmin", A01, student_notebook(A01, dict(s01, softmax=SOFTMIN))),
             ("guard_pool", A01, student_notebook(A01, dict(s01, softmax=LOG_SOFTMAX_POOL))),
             ("guard_aten_queue", A01, student_notebook(A01, dict(s01, softmax=ATEN_QUEUE))),
-            ("guard_double_fork", A01, student_notebook(A01, dict(s01, softmax=DOUBLE_FORK))),
             ("guard_audit_hook", A01, student_notebook(A01, dict(s01, softmax=AUDIT_HOOK))),
             ("guard_replay", A01, student_notebook(A01, dict(
                 s01, softmax=REPLAY,

@@ -34,7 +34,6 @@ an object built by this machine (`FIXTURES`, fixtures.py: stand-in models for de
 {"$generator": seed} a seeded torch.Generator.
 """
 import base64
-import functools
 import io
 import json
 import os
@@ -399,7 +398,8 @@ class _Guard:
     def _install(self):
         if self.locked:     # the C++ handle only: torch.library.Library would keep a Python object
             handle = torch._C._dispatch_library("IMPL", "aten", "", "tfs-check-guard", 0)
-            impl = functools.partial(_impl_on, handle)
+            def impl(name, fn, key):
+                handle.impl(name, key, fn, False)
         else:
             self.lib = torch.library.Library("aten", "IMPL")
             impl = self.lib.impl
@@ -484,10 +484,6 @@ class _Guard:
             self.stance.__exit__(None, None, None)
             self.stance = None
         return False
-
-
-def _impl_on(handle, name, fn, key):
-    handle.impl(name, key, fn, False)
 
 
 def _leak(obj) -> None:
