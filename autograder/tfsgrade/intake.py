@@ -165,16 +165,39 @@ def find(student_dir: Path, a: str) -> tuple[Path | None, str | None]:
     return None, None
 
 
+MAX_DEPTH = 100    # a notebook's JSON is about 6 levels deep; nothing later walks deeper safely
+
+
 def validate(raw: bytes) -> str | None:
     """Why these bytes are not a notebook we can grade, or None. Metadata problems are not
-    reasons: normalisation repairs them."""
+    reasons: normalisation repairs them. Whatever goes wrong reading them (any exception) is
+    this submission's reason, never the class's end."""
+    if b"\0" in raw[:4096] and not raw.lstrip().startswith(b"{"):
+        return "malformed notebook: binary data, not JSON"
     try:
+        if _depth(raw) > MAX_DEPTH:
+            return f"malformed notebook: JSON nested more than {MAX_DEPTH} levels deep"
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        return f"malformed notebook: not valid JSON ({e})"
+        return f"malformed notebook: not valid JSON ({str(e)[:200]})"
+    except Exception as e:  # noqa: BLE001 - RecursionError, MemoryError, ...: this file only
+        return f"malformed notebook: cannot be read ({type(e).__name__})"
     if not isinstance(data, dict) or not isinstance(data.get("cells", data.get("worksheets")), list):
         return "malformed notebook: no 'cells' list (not a Jupyter notebook)"
     return None
+
+
+def _depth(raw: bytes) -> int:
+    """How deep the JSON's brackets nest (strings skipped), without parsing it."""
+    depth = deepest = 0
+    for b in _BRACKETS.findall(_STRINGS.sub(b"", raw)):
+        depth += 1 if b in (b"[", b"{") else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKETS = re.compile(rb"[\[\]{}]")
 
 
 def students_in(root_in: Path) -> list[Path]:

@@ -51,8 +51,15 @@ def scan_judge(items, s, gb) -> None:
         for it in items:
             if it.assignment != a or it.status != "pending" or not it.notebook:
                 continue
-            nb = nbformat.reads(it.notebook, as_version=4)
-            res = scan.scan_notebook(nb, a, released=released, source=source)
+            try:
+                nb = nbformat.reads(it.notebook, as_version=4)
+                res = scan.scan_notebook(nb, a, released=released, source=source)
+            except Exception as e:  # noqa: BLE001 - this submission only: a person reads it
+                why = f"the scan could not read this notebook ({type(e).__name__}); read it yourself"
+                it.reasons.append(f"scan: {why}")
+                it.flags.append(why)
+                it.review.append(why)
+                continue
             hidden = {f.exercise for f in res.hidden}
             for gid in [g for g, ex in owners.items() if ex in hidden]:
                 try:                # listed for a person in the formgrader; the score stays
@@ -87,11 +94,20 @@ def similarity_judge(items, s, gb) -> None:
     pairs, sections = [], []
     for a in s.names:
         mine = [it for it in items if it.assignment == a and it.notebook and it.status == "pending"]
-        subs = {it.student: nbformat.reads(it.notebook, as_version=4) for it in mine}
+        subs = {}
+        for it in mine:
+            try:
+                subs[it.student] = nbformat.reads(it.notebook, as_version=4)
+            except Exception:  # noqa: BLE001 - the scan has said why; no signal from this one
+                continue
         if not subs:
             continue
-        r = copying.review(subs, a, source=_course_nb(s, "source", a),
-                           released=_course_nb(s, "release", a))
+        try:
+            r = copying.review(subs, a, source=_course_nb(s, "source", a),
+                               released=_course_nb(s, "release", a))
+        except Exception as e:  # noqa: BLE001 - copying signals are flags: never the class's end
+            s.log(f"  copying signals for {a} could not be computed ({type(e).__name__}: {e})")
+            continue
         for it in mine:
             it.flags += r.flags.get(it.student, [])
         pairs += r.code_pairs
