@@ -23,7 +23,19 @@ from functools import lru_cache
 
 from .sandbox import execute_task
 
-VERSION = "10"   # bump when the runner's behaviour changes: invalidates cached results
+# What a task's result depends on besides its inputs: the code that runs it (hashed, so a
+# changed runner invalidates cached results without a number bumped by hand)
+RUNNER_FILES = ("sandbox.py", "sandbox_runner.py", "check_process.py", "dispatch.py", "verdict.py")
+
+
+@lru_cache(maxsize=1)
+def runner_fingerprint() -> str:
+    from pathlib import Path
+    here = Path(__file__).parent
+    h = hashlib.sha256()
+    for name in RUNNER_FILES:
+        h.update(name.encode() + b"\0" + (here / name).read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _key(it, s) -> str:
@@ -31,7 +43,7 @@ def _key(it, s) -> str:
     secret it is derived from) and the course package (specs, probe machine, reference,
     checks), of which the plan and the reference's captures are functions."""
     h = hashlib.sha256(it.notebook)
-    h.update(s.fingerprint().encode() + VERSION.encode() + str(s.runs_demos(it.student)).encode())
+    h.update(s.fingerprint().encode() + runner_fingerprint().encode() + str(s.runs_demos(it.student)).encode())
     h.update(f"seed={s.item_seed(it)};package={package_fingerprint()}".encode())
     return h.hexdigest()
 
