@@ -89,9 +89,10 @@ bench: $(STAMP)
 	$(PY) tools/bench.py   # also runs tools/bench_*.py (multi-head speed, 07 training, KV cache)
 
 # plain sequential nbgrader autograde vs tfs-grade grade on the same synthetic class
+# (REALISTIC=1: 01 and 02, full, partial, wrong and untouched students, no endless loops)
 bench-grade: $(STAMP)
 	$(PY) tools/ensure_sandbox.py || true
-	OMP_NUM_THREADS=1 $(PY) tools/bench_grade.py $(if $(N),--students $(N),)
+	OMP_NUM_THREADS=1 $(PY) tools/bench_grade.py $(if $(N),--students $(N),) $(if $(REALISTIC),--realistic,)
 
 clean:
 	rm -rf grading instructor .pytest_cache build *.egg-info

@@ -153,9 +153,9 @@ def test_the_scan_finds_a_violation(tmp_path):
 
 @pytest.mark.parametrize("name", ["vm.py", "fixtures.py"])
 def test_the_probe_machine_imports_torch_numpy_and_the_standard_library_only(name):
-    """The probe cell holds fixtures.py's text and then vm.py's, run as one fresh module inside
-    the student's kernel: neither may import the course. vm.py imports fixtures.py only when it
-    is imported from the package, where the probe cell has not put its text first."""
+    """The check's process runs fixtures.py's text and then vm.py's as one fresh module: neither
+    may import the course. vm.py imports fixtures.py only when it is imported from the package,
+    where nobody has put that text first."""
     path = REPO / "helpers/tfscratch/specs" / name
     mods = {t for _, t in imports(path) if not (name == "vm.py" and t.startswith("tfscratch.specs.fixtures"))}
     assert {m.split(".")[0] for m in mods} <= {

@@ -190,7 +190,7 @@ def test_verdict_of_a_probe_that_never_came_back_is_a_failure_with_the_reason():
     v = verdict.judge_item("01_attention", 5, {"softmax": {"docs": [], "error": "CellTimeoutError: "}})
     softmax_cells = [g for g in v if g.startswith("test_softmax")]
     assert softmax_cells and all(not v[g].passed and "could not run" in v[g].message for g in softmax_cells)
-    # the other exercise had no probe cell at all (no result): failed too, never passed
+    # the other exercise's check sent nothing back at all: failed too, never passed
     assert all(not v[g].passed for g in v)
 
 

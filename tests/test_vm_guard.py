@@ -509,5 +509,3 @@ def test_the_target_is_found_without_running_a_key_of_the_learners():
     assert vm._lookup(ns, "softmax") is torch.softmax and calls == []
     assert vm._lookup({"__name__": "x"}, "softmax") is None
 
-
-# ------------------------------------------- the guard cell, then the probe cell (the sandbox)

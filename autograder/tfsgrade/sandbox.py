@@ -361,6 +361,7 @@ def _read_result(res: dict, killed, code, data, scratch: Path, limits, launched:
         res.update(notebook=doc["notebook"], events=doc["events"], seconds=doc["seconds"],
                    restarts=doc["restarts"], probes=doc.get("probes", {}),
                    demos_left_out=doc.get("demos_left_out", 0))
+        res["timings"]["checks"] = doc.get("check_timings", {})
         res["sandbox"]["start_ms"] = round((doc["started"] - launched) * 1000, 1)
         res["sandbox"]["uid"] = doc["uid"]
 

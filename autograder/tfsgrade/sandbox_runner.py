@@ -225,6 +225,7 @@ class Checks:
         self.watch = bool(cfg.get("pid_namespace"))   # every process in /proc is the task's
         self.sock, self.server, self.problem = None, None, None
         self.events: list = []
+        self.timings = {"ready_wait_s": 0.0, "checks_s": 0.0, "per_check_s": []}
 
     def start(self, nb) -> None:
         if not self.cfg.get("probes"):
@@ -249,7 +250,9 @@ class Checks:
 
     def _ready(self) -> bool:
         if self.problem is None and self.sock is not None and not hasattr(self, "_said"):
+            t = time.monotonic()       # the server warmed up while the kernel ran: what is left
             msg, _ = wire.recv(self.sock)
+            self.timings["ready_wait_s"] = round(time.monotonic() - t, 3)
             self._said = msg
             if not msg or not msg.get("ready"):
                 self.problem = "the check's process could not start" + (
@@ -279,10 +282,13 @@ class Checks:
             elif not self._ready():
                 why = self.problem
             else:
+                t = time.monotonic()
                 out[ex] = self.one(p, run.cells_for(check_place(run.nb, p)), run, end)
+                self.timings["per_check_s"].append(round(time.monotonic() - t, 3))
                 continue
             out[ex] = {"docs": [], "error": why}
         self.stop()
+        self.timings["checks_s"] = round(sum(self.timings["per_check_s"]) + self.timings["ready_wait_s"], 3)
         return out
 
     def one(self, p: dict, cells: list, run, end: float) -> dict:
@@ -659,12 +665,12 @@ class Run:
                 if self.i is None:
                     return
 
-    def result(self, checks: dict, events=()) -> str:
+    def result(self, checks: dict, events=(), check_timings=None) -> str:
         self.nb.metadata.pop("widgets", None)
         return json.dumps({"notebook": self.nbf.writes(self.nb), "events": self.events + list(events),
                            "seconds": self.seconds, "restarts": self.restarts, "started": self.started,
                            "demos_left_out": len(self.demo),
-                           "uid": os.getuid(), "probes": checks})
+                           "uid": os.getuid(), "probes": checks, "check_timings": check_timings or {}})
 
 
 def read_plans(fd: int) -> dict:
@@ -689,7 +695,7 @@ def main():
     run.execute()
     results = checks.run(run)
     with os.fdopen(out_fd, "w") as f:
-        f.write(run.result(results, checks.events))
+        f.write(run.result(results, checks.events, checks.timings))
 
 if __name__ == "__main__":
     main()

@@ -54,6 +54,8 @@ def _probe_source() -> str:
 
 VM_SOURCE = _probe_source()
 FORGED = "a capture the probe did not make"
+# the runner's reasons that already say, in plain words, what happened (tfsgrade.sandbox_runner)
+PLAIN = ("ChildProcess:", "CheckTimeout:", "KernelDied:", "not run:")
 
 # What a capture may hold, checked before decompression. The reference's captures of every
 # notebook total under 1 MB; a probe's own recorders (`.shapes`) stay under 1 MB.
@@ -300,9 +302,8 @@ def judge_item(assignment: str, seed: int, probes: dict | None, wants: dict | No
             if not any(k.startswith(f"{p.name}.") for k in list(got["caps"]) + list(got["meta"])):
                 why = got.get("error") or "no result came back"
                 got["meta"][f"{p.name}.error"] = (
-                    why if why.startswith("ChildProcess:") else
-                    f"CheckNotRun: the independent check could not run this exercise ({why}: "
-                    "an endless loop, a crash or the kernel dying in your code)")
+                    why if why.startswith(PLAIN) else
+                    f"CheckNotRun: the independent check could not run this exercise ({why})")
         verdicts.update(engine.judge(ex, seed, got, want=unpacked[ex.name]))
     return verdicts
 

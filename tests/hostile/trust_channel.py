@@ -1,5 +1,5 @@
-"""Issue 26, classes 5, 6 and 8: the channel between the probe and the grader. Honest code the
-probe cell must not trip on (a helper defined below the solution cell; `from torch import *`,
+"""Issue 26, classes 5, 6 and 8: the channel between the check and the grader. Honest code the
+check must not trip on (a helper defined below the solution cell; `from torch import *`,
 `from numpy import *` and names such as print, max, sum, exec, globals rebound), a last cell
 that prints the kernel's history, a student who forges the probe's captures, and one who hands
 the grader a decompression bomb."""
