@@ -27,9 +27,9 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # which pytest 9 no longer allows; the scheduler below is xdist's loadscope keyed by group.)
 # (measured order tried at 2ea3525: the damage class then ran beside the trust class and its
 # memory-cap fixture timed out under the load; this order passed at c132782)
-GROUPS_LONGEST_FIRST = ["browser", "test_grading_roundtrip.py", "test_grading_damage.py",
+GROUPS_LONGEST_FIRST = ["class_trust", "browser", "test_grading_roundtrip.py", "test_grading_damage.py",
                         "test_grading_cluster.py", "test_grading_class.py", "class01_shared",
-                        "class_trust", "test_term.py", "test_scaffold.py", "test_catalogue.py", "test_specs.py",
+                        "test_term.py", "test_scaffold.py", "test_catalogue.py", "test_specs.py",
                         "test_wheel.py", "test_scan.py", "test_grading_postgres.py"]
 
 

@@ -42,6 +42,7 @@ import socket
 import struct
 import sys
 import types
+import time
 
 DEFINED, CAPTURE, END = "defined", "capture", "end"   # the kinds of a child's lines
 CAPTURE_BYTES = 32 * 2**20                             # what the runner reads of one child
@@ -124,12 +125,13 @@ def serve(sock) -> None:
     cfg, _ = recv(sock)
     if cfg is None:
         return
+    t = time.monotonic()
     try:
         m = _machine(cfg)
     except Exception as e:  # noqa: BLE001 - said to the runner, which says it per exercise
         send(sock, {"ready": False, "error": f"{type(e).__name__}: {str(e)[:300]}"})
         return
-    send(sock, {"ready": True})
+    send(sock, {"ready": True, "warm_s": round(time.monotonic() - t, 3)})
     while True:
         req, fds = recv(sock)
         if req is None or len(fds) != 2:

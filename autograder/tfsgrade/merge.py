@@ -69,11 +69,10 @@ def _notes_from_events(it, nb, s) -> list[str]:
         cur = gid or cur
         owner[i] = gid or (f"after {cur}" if cur else "before the first exercise")
     for e in it.result.get("events", []):
-        if "cell" not in e:    # the independent check's probe cell of an exercise
-            out.append(f"the independent check of {e.get('probe')} "
-                       + ("ran past the time limit" if e["kind"] in ("timeout", "stuck") else
-                          "killed the kernel" if e["kind"] == "died" else "did not run")
-                       + f": the cells of {e.get('probe')} it could not check score 0")
+        if e["kind"] == "beside_check":   # a process ran while the check of an exercise did
+            out.append(f"the independent check of {e['exercise']} could not vouch for its result: "
+                       f"another process ran beside it, so the cells of {e['exercise']} score 0 "
+                       "(an exercise must compute its answer itself and start no process)")
             continue
         where = f"cell {e['cell']} ({owner.get(e['cell'], '?')})"
         if e["kind"] == "timeout":

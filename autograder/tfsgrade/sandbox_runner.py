@@ -253,6 +253,7 @@ class Checks:
             t = time.monotonic()       # the server warmed up while the kernel ran: what is left
             msg, _ = wire.recv(self.sock)
             self.timings["ready_wait_s"] = round(time.monotonic() - t, 3)
+            self.timings["server_warm_s"] = (msg or {}).get("warm_s")
             self._said = msg
             if not msg or not msg.get("ready"):
                 self.problem = "the check's process could not start" + (
@@ -262,11 +263,9 @@ class Checks:
     def stop(self) -> None:
         if self.sock is not None:
             self.sock.close()
-        if self.server is not None:
-            try:
-                self.server.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.server.kill()
+        if self.server is not None:    # nothing of it is kept: no need to wait for its exit
+            self.server.kill()
+            self.server.wait()
 
     def run(self, run) -> dict:
         out, end = {}, time.monotonic() + self.lim["notebook_timeout"]
@@ -305,18 +304,23 @@ class Checks:
         pid = (msg or {}).get("pid")
         mine = {os.getpid(), self.server.pid, pid}
         docs, error, to_child = [], None, _Writer(in_w)
+        t0, steps = time.monotonic(), {}
         try:
             to_child.send({"cells": [[k, python_text(run.cells[k].source)] for k in cells]})
             spent = sum(run.seconds.get(k, 0.0) for k in cells)
             kind, got = _wait(lines, DEFINED_KINDS, min(end, time.monotonic() + self.lim["cell_timeout"]
                                                       + 2 * spent + 10))
+            steps["cells_s"] = round(time.monotonic() - t0, 3)
             if kind is None:
                 error = got
             else:
                 if self.watch:          # what the kernel or the cells left running ends here
                     _end(others(mine), mine)
+                steps["others_ended_s"] = round(time.monotonic() - t0, 3)
                 to_child.send({"plan": self.plans[ex]})
                 docs, error = self._captures(lines, ex, pid, mine, guarded, end)
+                steps["probes_done_s"] = round(time.monotonic() - t0, 3)
+            self.timings.setdefault("steps", []).append(steps)
         finally:
             _kill([pid] if pid else [])
             to_child.close()
@@ -471,7 +475,7 @@ class Run:
                                              "traceback": ["CellTimeoutError: the cell ran past the "
                                                            f"{lim['cell_timeout']}s limit"]},
                            raise_on_iopub_timeout=True, iopub_timeout=5, kernel_name="python3",
-                           startup_timeout=120, record_timing=False,
+                           startup_timeout=120, record_timing=False, shutdown_kernel="immediate",
                            extra_arguments=["--HistoryManager.hist_file=:memory:"],
                            resources={"metadata": {"path": self.cfg["cwd"]}})
 
@@ -611,6 +615,7 @@ class Run:
         it. Raises (DeadKernelError, CellTimeoutError) with `self.crash` set to the cell."""
         c0 = self.client()
         with c0.setup_kernel():
+            PHASES.setdefault("kernel_ready_s", _since())
             self.replay(c0)
             count = 1                                  # the prompt number of the next cell
             while self.i < len(self.cells):
@@ -673,6 +678,14 @@ class Run:
                            "uid": os.getuid(), "probes": checks, "check_timings": check_timings or {}})
 
 
+_T0 = time.monotonic()
+PHASES: dict = {}     # seconds since the runner started at which each step of the task ended
+
+
+def _since() -> float:
+    return round(time.monotonic() - _T0, 3)
+
+
 def read_plans(fd: int) -> dict:
     """{exercise: plan} from the coordinator's pipe, read whole, before anything starts."""
     with os.fdopen(fd, "rb") as f:
@@ -691,9 +704,13 @@ def main():
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     run = Run(cfg, nbformat, NotebookClient, (CellTimeoutError, DeadKernelError))
     checks = Checks(cfg, plans)
+    PHASES["runner_ready_s"] = _since()
     checks.start(run.nb)                               # before the kernel: no student code yet
     run.execute()
+    PHASES["cells_done_s"] = _since()
     results = checks.run(run)
+    PHASES["checks_done_s"] = _since()
+    checks.timings["phases"] = PHASES
     with os.fdopen(out_fd, "w") as f:
         f.write(run.result(results, checks.events, checks.timings))
 

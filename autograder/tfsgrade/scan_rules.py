@@ -170,7 +170,9 @@ _DANGER: list[tuple[str, str, str]] = [
 # the submission `review` (grades.csv's status, the report, the formgrader's needs-grading
 # list) with its lines; the points the code earned are shown, for a person to decide.
 HIDDEN_KINDS = frozenset({"hidden-code", "dynamic-code", "dynamic-lookup", "import-machinery",
-                          "torch-function-mode", "introspection", "native"})
+                          "torch-function-mode", "introspection", "native",
+                          # a program started inside an exercise runs code the scan never sees
+                          "subprocess"})
 # Kinds that only matter inside an exercise: a process an earlier cell left running ends
 # before any check begins (tfsgrade.sandbox_runner), so it cannot touch a result.
 EXERCISE_ONLY_KINDS = frozenset({"subprocess"})

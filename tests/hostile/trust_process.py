@@ -82,19 +82,24 @@ _keys = torch._C._dispatch_keyset_full()
 def softmax(x, dim=-1):
     return _kernel.call_boxed(_keys, x, dim, False)
 """,
-    # a fresh interpreter, without the guard, computes it inside the exercise
-    "proc_fresh_python": f"""import io as _io
+    # a fresh interpreter, without the guard, computes it inside the exercise (a stable
+    # softmax in plain Python: right answers, from a program the check never saw)
+    "proc_fresh_python": f"""import json as _json
 import subprocess as _sp
 import sys as _sys
 
-_CODE = "import sys, io, torch; x, d = torch.load(io.BytesIO(sys.stdin.buffer.read())); " \\
-        "b = io.BytesIO(); torch.save(getattr(torch, 'soft' + 'max')(x, d), b); sys.stdout.buffer.write(b.getvalue())"
+_CODE = ("import json, math, sys\\n"
+         "out = []\\n"
+         "for r in json.load(sys.stdin):\\n"
+         "    m = max(r); e = [math.exp(v - m) for v in r]; s = sum(e); out.append([v / s for v in e])\\n"
+         "json.dump(out, sys.stdout)\\n")
 
 def softmax(x, dim=-1):
-    b = _io.BytesIO()
-    torch.save((x.detach(), dim), b)
-    out = _sp.run([_sys.executable, "-c", _CODE], input=b.getvalue(), capture_output=True, timeout=60).stdout
-    return torch.load(_io.BytesIO(out))
+    y = x.detach().movedim(dim, -1)
+    rows = y.reshape(-1, y.shape[-1]).double().tolist()
+    out = _sp.run([_sys.executable, "-I", "-S", "-c", _CODE], input=_json.dumps(rows),
+                  capture_output=True, text=True, timeout=60).stdout
+    return torch.tensor(_json.loads(out), dtype=x.dtype).reshape(y.shape).movedim(-1, dim)
 """,
     # a daemon started at the top of the cell (a double fork, then a fresh interpreter that
     # imports torch and waits on a pipe); softmax hands it the inputs, and falls back to a
@@ -138,7 +143,9 @@ def softmax(x, dim=-1):
 EXPECT = {sid: (("softmax",), "Shortcut used", True) for sid in HOSTILE}
 # the raw kernel records no autograd graph: the attention built on it loses its gradient cell too
 EXPECT["proc_get_kernel"] = (("softmax", "test_scaled_dot_product_attention_output"), "Shortcut used", True)
-EXPECT["proc_fresh_python"] = (("softmax",), "another process ran while the independent check", True)
+# the attention calls that softmax, so its check sees the fresh interpreter too: both score 0
+EXPECT["proc_fresh_python"] = (("softmax", "scaled_dot_product_attention"),
+                               "another process ran while the independent check", True)
 EXPECT["proc_daemon_server"] = (None, None, False)   # scores what NAIVE scores, no more
 NAIVE = """def softmax(x, dim=-1):
     e = x.exp()
