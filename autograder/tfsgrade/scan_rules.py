@@ -54,7 +54,7 @@ _DANGER: list[tuple[str, str, str]] = [
     ("pty", "subprocess", "opens a pseudo-terminal"),
     ("multiprocessing", "subprocess", "starts processes"),
     ("concurrent.futures.ProcessPoolExecutor", "subprocess", "starts processes"),
-    ("signal", "subprocess", "installs signal handlers"),
+    ("signal", "signal", "installs signal handlers"),
     ("socket", "network", "opens a socket"),
     ("ssl", "network", "uses the network"),
     ("urllib", "network", "uses the network"),
@@ -175,7 +175,7 @@ HIDDEN_KINDS = frozenset({"hidden-code", "dynamic-code", "dynamic-lookup", "impo
                           "subprocess"})
 # Kinds that only matter inside an exercise: a process an earlier cell left running ends
 # before any check begins (tfsgrade.sandbox_runner), so it cannot touch a result.
-EXERCISE_ONLY_KINDS = frozenset({"subprocess"})
+EXERCISE_ONLY_KINDS = frozenset({"subprocess", "signal"})
 _DANGER_LEAF = {"CheckFailed": ("tamper", "refers to the checks' failure exception"),
                 "ShortcutUsed": ("tamper", "refers to the shortcut guard's exception")}
 
