@@ -40,12 +40,21 @@ import threading
 import time
 from pathlib import Path
 
+_T0 = time.monotonic()   # the runner's start: PHASES counts from here
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # check_process, beside this file
 import check_process as wire  # noqa: E402
 
 # jsonschema's optional IRI checker builds a Lark grammar at import: 1.2 s of every task's
 # start for a format no notebook has (tfsgrade/__init__.py)
 sys.modules.setdefault("rfc3987_syntax", None)
+
+
+PHASES: dict = {}     # seconds since the runner started at which each step of the task ended
+
+
+def _since() -> float:
+    return round(time.monotonic() - _T0, 3)
 
 
 def _limit(cfg):
@@ -676,14 +685,6 @@ class Run:
                            "seconds": self.seconds, "restarts": self.restarts, "started": self.started,
                            "demos_left_out": len(self.demo),
                            "uid": os.getuid(), "probes": checks, "check_timings": check_timings or {}})
-
-
-_T0 = time.monotonic()
-PHASES: dict = {}     # seconds since the runner started at which each step of the task ended
-
-
-def _since() -> float:
-    return round(time.monotonic() - _T0, 3)
 
 
 def read_plans(fd: int) -> dict:
