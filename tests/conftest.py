@@ -10,6 +10,12 @@ TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+# One pytest process grades dozens of classes: it keeps its two local Dask workers between
+# runs instead of starting and closing them each time (about 10 s a run; tfsgrade.dispatch).
+from tfsgrade import dispatch  # noqa: E402
+
+dispatch.keep_workers()
+
 # Test lanes: each test file says its own with markers (registered in pyproject.toml; README
 # "Tests: which lane when"), as `pytestmark = [...]` or on a test:
 #   slow, nbgrader, browser   left out of `make test-fast` (under a minute)
