@@ -126,8 +126,13 @@ def _cell_scores(db: Path) -> dict:
 
 
 def _commit(tree: Path) -> str:
-    return subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True).stdout.strip()
+    """The tree's commit, "+dirty" when its grader has uncommitted changes (a tree someone is
+    editing is not that commit's grader: grade a clean worktree of it instead)."""
+    git = ["git", "-C", str(tree)]
+    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(git + ["status", "--porcelain", "--", "autograder", "helpers"],
+                           capture_output=True, text=True).stdout.strip()
+    return head + ("+dirty" if dirty else "")
 
 
 def run_tree(tree: Path, work: Path) -> dict:
