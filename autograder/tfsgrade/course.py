@@ -114,7 +114,13 @@ NBGRADER = NO_IRI + "from nbgrader.apps.nbgraderapp import main\nsys.argv[0] = '
 
 
 def _run(root: Path, cmd: list, timeout: float | None, mem_gb: float | None) -> subprocess.CompletedProcess:
-    """One nbgrader process in the course directory, memory-capped; a time-out is exit 124."""
+    """One nbgrader process in the course directory, memory-capped; a time-out is exit 124.
+    Forked from the warm interpreter where there is one (tfsgrade.nbproc), else started."""
+    from . import nbproc
+    if cmd[:2] == [sys.executable, "-c"]:
+        r = nbproc.run(root, cmd[2], cmd[3:], env=nbgrader_env(), timeout=timeout, mem_gb=mem_gb)
+        if r is not None:
+            return r
     try:
         return subprocess.run(cmd, cwd=root, env=nbgrader_env(), capture_output=True, text=True,
                               timeout=timeout, preexec_fn=_limit_memory(mem_gb or 0))

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import course, dispatch, hygiene, intake, merge, normalise, outputs, record, term
+from . import course, dispatch, hygiene, intake, merge, nbproc, normalise, outputs, record, term
 from .intake import Item  # noqa: F401  (re-exported: scripts and tests import it from here)
 from .settings import Settings
 
@@ -33,6 +33,7 @@ def grade(submissions: Path, out: Path, *, names: list[str] | None = None, term_
     keywords), kept in OUT for later runs."""
     s = Settings.build(out, names=names, **options)
     _require_sandbox(s)
+    nbproc.start(course.nbgrader_env())   # nbgrader's imports, while the tasks run
     with record.writing(s.out), tempfile.TemporaryDirectory(prefix="tfs-grade-") as work, \
             dispatch.workers(s):
         try:
