@@ -242,7 +242,11 @@ class Runs:
             try:
                 if run.notebook:
                     t3 = time.monotonic()
-                    run.shots = run.notebook.screenshot(run.screenshot)
+                    # the top of the notebook (a 16000 px picture of each costs about 40 s
+                    # a run); TFS_BROWSER_FULL_SHOTS=1, or an error, photographs all of it
+                    full = bool(os.environ.get("TFS_BROWSER_FULL_SHOTS")) or run.error is not None
+                    run.shots = run.notebook.screenshot(run.screenshot, max_height=16000 if full else 5000,
+                                                        first_only=not full)
                     run.timings["shot"] = run.notebook.shot_geometry
                     run.timings["screenshot_s"] = round(time.monotonic() - t3, 1)
             except Exception:  # noqa: BLE001

@@ -794,9 +794,10 @@ class Notebook:
             self.page.wait_for_timeout(300)
         return h
 
-    def screenshot(self, path: Path, max_height: int = 16000) -> list[Path]:
+    def screenshot(self, path: Path, max_height: int = 16000, first_only: bool = False) -> list[Path]:
         """The whole notebook: the viewport is made as tall as the notebook (at most
-        max_height px; a longer notebook is photographed in parts: NAME-part2.jpg, ...)."""
+        max_height px; a longer notebook is photographed in parts: NAME-part2.jpg, ...).
+        first_only: the top max_height px alone."""
         path.parent.mkdir(parents=True, exist_ok=True)
         outer = """window.__tfsNb.content.node.querySelector('.jp-WindowedPanel-outer')
                    || window.__tfsNb.content.node"""
@@ -811,7 +812,7 @@ class Notebook:
             # one shot when it all fits; else overlapping parts, the last one bottom-aligned
             # (never a part scrolled past the end, which photographs an empty page)
             step = max(500, view - 100)
-            tops = [0] if h <= view else [*range(0, h - view, step), h - view]
+            tops = [0] if h <= view or first_only else [*range(0, h - view, step), h - view]
             self.shot_geometry = {"scroll_height": h, "view": view, "tops": tops}
             for k, top in enumerate(tops):
                 self.page.evaluate(f"(y) => ({outer}).scrollTo(0, y)", top)
