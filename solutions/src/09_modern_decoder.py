@@ -17,7 +17,7 @@
 # 1. **RMSNorm**: LayerNorm without the mean (why that is enough, and what it changes);
 # 2. **rotary position embedding (RoPE)**: the rotation of notebook 05's `pe_shift_matrix`,
 #    applied to queries and keys instead of added to the input, so that attention scores depend
-#    on the *distance* between tokens only;
+#    on the tokens' contents and their *signed offset* $n - m$, not on where the pair sits;
 # 3. **SwiGLU**: a gated feed-forward network, sized by the "2/3 rule" to cost what a 4x ReLU
 #    network costs;
 # 4. **grouped-query attention (GQA)**: several query heads share one key/value head, which
@@ -291,7 +291,7 @@ for m in (0, 3, 50):
     print(f"apply_rope(x, offset={m:2d}) == pe_shift_matrix({m}, {D}).T @ x : {same}")
 
 # %% [markdown]
-# **Scores depend on the distance only.** Take one query and one key, put them at every pair of
+# **Scores depend on the offset, not on the absolute positions.** Take one query and one key, put them at every pair of
 # positions $(m, n)$, and draw the score $q_m^\top k_n$. With RoPE each diagonal (fixed $n-m$)
 # holds a single colour; with notebook 05's *added* code, $(q + p_m)^\top(k + p_n)$ mixes
 # content and absolute position, and the diagonals are not constant.

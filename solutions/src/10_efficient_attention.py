@@ -129,10 +129,12 @@ plt.gca().set_xscale("log", base=2)
 # After the last block, $m$ is the row's max and $\ell$ its sum, and the softmax is
 # $e^{x_i - m}/\ell$.
 #
-# One detail: masked entries are $-\infty$. If the running max starts at $-\infty$ and a whole
-# block is $-\infty$, then $m_\text{old} - m_\text{new} = -\infty - (-\infty)$ is NaN. Start the
-# running max at the lowest **finite** number, `torch.finfo(x.dtype).min`, and that case gives
-# $e^{-\infty} = 0$ as it should.
+# One detail: masked entries are $-\infty$. Starting the running max at $-\infty$ is what
+# FlashAttention's Algorithm 1 does (Dao et al., 2022), and it is right as long as every block
+# holds a finite score. When a whole block is $-\infty$ while the max is still $-\infty$ (a row
+# whose first keys are all masked), $m_\text{old} - m_\text{new} = -\infty - (-\infty)$ is NaN.
+# Either guard that subtraction, or, as we do, start the running max at the lowest **finite**
+# number, `torch.finfo(x.dtype).min`; then that case gives $e^{-\infty} = 0$ as it should.
 #
 # ### Exercise 1: `online_softmax`
 #
@@ -736,7 +738,7 @@ with torch.no_grad():
 # | the running sum is not rescaled when the max grows | old terms stay relative to a stale (smaller) max, so they are too large and the sum $\ell$ too big: a row whose max grew sums to less than 1 (0.16 to 0.51 measured on the checks' rising rows) |
 # | the factor inverted, $e^{m_\text{new} - m_\text{old}}$ | old terms grow instead of shrinking; wrong, and may overflow |
 # | the accumulator not rescaled (only the sum) | the output is dominated by early blocks |
-# | running max started at $-\infty$ | a block of masked entries gives $-\infty - (-\infty)$ = NaN |
+# | running max started at $-\infty$ with no guard, on rows whose first block is all masked | $-\infty - (-\infty)$ = NaN (starting at $-\infty$ is FlashAttention's own choice and fine with a guard, or when every block holds a finite score) |
 # | causal mask compared with positions inside the block | every block is masked as if it were the first: the model sees the future |
 # | the causal mask built for all $L \times L$ positions and sliced | correct values, and the $L^2$ memory is back |
 # | scaling by $\sqrt{d_v}$ or $d_k$ | wrong as soon as the value size differs or $d_k > 1$ |

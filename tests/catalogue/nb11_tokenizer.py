@@ -147,6 +147,12 @@ MISTAKES = [
             r"joined the pieces",
             _edit(TRAIN, _SPLIT, "pieces = [text]\n    for t in special_tokens:\n"
                   "        pieces = [p.replace(t, '') for p in pieces]")),
+    Mistake("train_bpe", "special tokens split without regex.escape (`|` means 'or')", r"regex\.escape",
+            _edit(TRAIN, _SPLIT, 'pieces = [p for p in regex.split("|".join(special_tokens), text) if p] '
+                  'if special_tokens else [text]')),
+    Mistake("train_bpe", "special tokens replaced by a space", r"replaced each special token by a space",
+            _edit(TRAIN, _SPLIT, "pieces = [text]\n    for t in special_tokens:\n"
+                  "        pieces = [p.replace(t, ' ') for p in pieces]")),
     Mistake("train_bpe", "special tokens numbered after the merges", r"numbered after the merges",
             _edit(TRAIN, '''    for tok in special_tokens:
         vocab[len(vocab)] = tok.encode("utf-8")
@@ -175,6 +181,14 @@ MISTAKES = [
     Mistake("Tokenizer", "special tokens encoded as ordinary text", r"encoded as ordinary text",
             _edit(TOK, "pieces = self.special_split.split(text) if self.special_split else [text]",
                   "pieces = [text]")),
+    Mistake("Tokenizer", "special tokens put into the pattern without regex.escape", r"regex\.escape",
+            _edit(TOK, '"|".join(regex.escape(t) for t in self.special_tokens)', '"|".join(self.special_tokens)')),
+    Mistake("Tokenizer", "encode_iterable cuts the buffer at the last space or newline",
+            r"inside a\s+run of spaces",
+            _edit(TOK, "            cut = safe_cut(buffer)\n",
+                  '            cut = max(buffer.rfind(" "), buffer.rfind("\\n"))  # keep the last word back\n'
+                  "            cut = cut if cut > 0 and not any(t.startswith(buffer[-k:]) for t in self.special_tokens\n"
+                  "                                             for k in range(1, len(t))) else 0\n")),
     Mistake("Tokenizer", "overlapping special tokens matched shortest first", r"shortest first",
             _edit(TOK, "self.special_tokens = sorted(special_tokens or [], key=len, reverse=True)",
                   "self.special_tokens = sorted(special_tokens or [], key=len)")),
@@ -238,6 +252,9 @@ VARIANTS = [
                   "if word not in self.cache:", "if True:")),
     Variant("Tokenizer", "encode_iterable that holds back the last three pre-tokens",
             _edit(TOK, "return last + min([starts[-1]] + late)", "return last + starts[max(0, len(starts) - 3)]")),
+    Variant("Tokenizer", "encode_iterable that buffers about 2 KB before cutting (within the stated bound)",
+            _edit(TOK, "            cut = safe_cut(buffer)\n",
+                  "            cut = safe_cut(buffer) if len(buffer) > 2048 else 0  # fewer, larger encode calls\n")),
     Variant("Tokenizer", "special tokens matched with str.find, longest first",
             _edit(TOK, "pieces = self.special_split.split(text) if self.special_split else [text]",
                   '''pieces, rest = [], text

@@ -60,15 +60,36 @@ MISTAKES = [
             _edit(BATCH, "return x.to(device), y.to(device)", "return x, y")),
     Mistake("get_batch", "y taken from the window before (shifted the wrong way)", r"not x shifted by one|not shifted",
             _edit(BATCH, _Y, "y = data[(starts[:, None] + offsets - 1).clamp(min=0)]")),
+    Mistake("get_batch", "one start drawn for the whole batch (every row the same window)", r"same offset",
+            _edit(BATCH, _STARTS, "starts = torch.randint(0, len(data) - context_length, (1,), generator=generator)"
+                  ".expand(batch_size)")),
+    Mistake("get_batch", "only starts at multiples of the context length (non-overlapping windows)",
+            r"multiples of context_length",
+            _edit(BATCH, _STARTS, "starts = torch.randint(0, (len(data) - 1) // context_length, (batch_size,), "
+                  "generator=generator) * context_length")),
+    Mistake("get_batch", "NumPy windows turned into tensors of the data's own dtype (uint16 ids stay uint16)",
+            r"LongTensors",
+            _edit(BATCH, "data = torch.as_tensor(data, dtype=torch.long)\n", "import numpy as np\n",
+                  "x = data[starts[:, None] + offsets]          # (B, T)",
+                  "x = torch.as_tensor(np.asarray(data)[(starts[:, None] + offsets).numpy()])",
+                  _Y, "y = torch.as_tensor(np.asarray(data)[(starts[:, None] + offsets + 1).numpy()])")),
     # AdamW
     Mistake("AdamW", "Adam's bias correction missing", r"bias correction",
             _edit(ADAM, _STEP, "p.addcdiv_(m, v.sqrt() + eps, value=-lr)")),
     Mistake("AdamW", "weight decay coupled to the gradient (L2) instead of decoupled", r"coupled to the gradient",
             _edit(ADAM, _DECAY, "g = p.grad + wd * p", _M, "m.mul_(b1).add_(g, alpha=1 - b1)",
                   _V, "v.mul_(b2).addcmul_(g, g, value=1 - b2)")),
-    Mistake("AdamW", "weight decay applied after the update", r"after the Adam update",
-            _edit(ADAM, _DECAY, "pass", "p.addcdiv_(m, denom, value=-lr / (1 - b1 ** t))",
-                  "p.addcdiv_(m, denom, value=-lr / (1 - b1 ** t))\n                p.mul_(1 - lr * wd)")),
+    Mistake("AdamW", "the learning rate read from self.defaults (a schedule does nothing)", r"read once",
+            _edit(ADAM, 'lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]',
+                  'lr, (b1, b2), eps, wd = self.defaults["lr"], group["betas"], group["eps"], group["weight_decay"]')),
+    Mistake("AdamW", "the learning rate kept in __init__ (self.lr)", r"read once",
+            _edit(ADAM, "super().__init__(params, defaults)", "super().__init__(params, defaults)\n        self.lr = lr",
+                  'lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]',
+                  'lr, (b1, b2), eps, wd = self.lr, group["betas"], group["eps"], group["weight_decay"]')),
+    Mistake("AdamW", "the moments kept in an attribute of the optimizer, not in self.state",
+            r"not in self\.state|moments were lost",
+            _edit(ADAM, "super().__init__(params, defaults)", "super().__init__(params, defaults)\n        self.moments = {}",
+                  "state = self.state[p]", "state = self.moments.setdefault(p, {})")),
     Mistake("AdamW", "weight decay forgotten", r"weight decay is missing",
             _edit(ADAM, _DECAY, "pass")),
     Mistake("AdamW", "weight decay not scaled by the learning rate", r"not scaled by the learning rate",
@@ -116,6 +137,16 @@ MISTAKES = [
             "    return total\n"),
     Mistake("clip_grad_norm", "gradients scaled out of place (p.grad unchanged)", r"in place|not changed",
             _edit(CLIP, "g.mul_(scale.to(g.dtype))", "g = g * scale")),
+    Mistake("clip_grad_norm", "the norm of the weights instead of their gradients", r"norm of the parameters",
+            "def clip_grad_norm(parameters, max_norm):\n"
+            "    params = [p for p in parameters if p.grad is not None]\n"
+            "    total = torch.sqrt(sum((p.detach() ** 2).sum() for p in params))\n"
+            "    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)\n"
+            "    for p in params:\n        p.grad.mul_(scale)\n"
+            "    return total\n"),
+    Mistake("clip_grad_norm", "clipping by value (clamp each entry), not by norm", r"clipping by value",
+            _edit(CLIP, "    for g in grads:\n        g.mul_(scale.to(g.dtype))",
+                  "    for g in grads:\n        g.clamp_(-max_norm, max_norm)")),
     Mistake("clip_grad_norm", "the squared norm returned", r"squared norm",
             _edit(CLIP, "    return total\n", "    return total ** 2\n")),
     Mistake("clip_grad_norm", "parameters without a gradient not skipped", r"without a gradient",
@@ -230,6 +261,18 @@ _ADAM_METHOD = '''class AdamW(torch.optim.Optimizer):
 
 
 VARIANTS = [
+    # AdamW in the other documented forms (the checks accept them and name them)
+    Variant("AdamW", "weight decay after the Adam step (Hugging Face's order)",
+            _edit(ADAM, _DECAY, "pass", "p.addcdiv_(m, denom, value=-lr / (1 - b1 ** t))",
+                  "p.addcdiv_(m, denom, value=-lr / (1 - b1 ** t))\n                p.mul_(1 - lr * wd)")),
+    Variant("AdamW", "the CS336 handout's AdamW: bias corrections folded into the step size, decay after",
+            _edit(ADAM, _DECAY, "pass", _STEP,
+                  "alpha = lr * (1 - b2 ** t) ** 0.5 / (1 - b1 ** t)\n"
+                  "                p.addcdiv_(m, v.sqrt().add_(eps), value=-alpha)\n"
+                  "                p.sub_(lr * wd * p)")),
+    Variant("AdamW", "the bias corrections folded into the step size (Kingma and Ba, section 2), decay first",
+            _edit(ADAM, _STEP, "alpha = lr * (1 - b2 ** t) ** 0.5 / (1 - b1 ** t)\n"
+                  "                p.addcdiv_(m, v.sqrt().add_(eps), value=-alpha)")),
     # get_batch
     Variant("get_batch", "a list comprehension of slices and torch.stack",
             _edit(BATCH, "offsets = torch.arange(context_length)\n", "\n",

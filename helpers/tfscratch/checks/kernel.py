@@ -95,7 +95,8 @@ def check(ex, cell: str, obj, seed: int = PUBLIC_SEED, namespace: dict | None = 
             got["target"] = obj        # for the diagnoses, where the reference is absent
             verdict = engine.judge(sub, seed, got, want=want, plan=(plan, tensors))[cell]
     if verdict.passed:
-        passed(f"{cell}: " + "; ".join(p.what or p.name for p in sub.probes))
+        passed(f"{cell}: " + "; ".join(p.what or p.name for p in sub.probes)
+               + (f" ({verdict.note})" if verdict.note else ""))
         return None
     errors = [got["meta"].get(f"{p.name}.error", "") for p in sub.probes]
     if errors and all(e.startswith("NotImplementedError") for e in errors):

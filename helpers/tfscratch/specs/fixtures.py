@@ -204,13 +204,31 @@ def _toy_loss(params, x, y):
     return ((torch.tanh(x @ w1.T + b1) @ w2.T + b2 - y) ** 2).mean()
 
 
-def drive_optimizer(cls, seed, steps, kwargs):
+def lr_factor(t: int) -> float:
+    """The multiplier a probe's schedule applies to the learning rate before step t (0-based):
+    it changes at every step, so an optimizer that reads lr once cannot follow it."""
+    return 0.25 + 0.75 * ((t * 5) % 7) / 6
+
+
+def drive_optimizer(cls, seed, steps, kwargs, schedule=False, resume_at=None):
     """`steps` steps of `cls(params, **kwargs)` on the toy regression; the parameters after
-    them, the losses on the way, and the state_dict's moments of the first parameter."""
+    them and the losses on the way. `schedule`: group["lr"] is set to lr * lr_factor(t) before
+    each step t, as a training loop's schedule does. `resume_at`: after that many steps a new
+    optimizer of the same class takes over from `load_state_dict(opt.state_dict())`, as a
+    resumed checkpoint does; `n_state` is how many parameters its state_dict's "state" held."""
     params, x, y = _toy_params(seed)
     opt = cls(params, **kwargs)
-    losses = []
-    for _ in range(int(steps)):
+    base = kwargs.get("lr", 1e-3)
+    losses, out = [], {}
+    for t in range(int(steps)):
+        if resume_at is not None and t == int(resume_at):
+            sd = opt.state_dict()
+            out["n_state"] = torch.tensor(len(sd.get("state", {})))
+            opt = cls(params, **kwargs)
+            opt.load_state_dict(sd)
+        if schedule:
+            for group in opt.param_groups:
+                group["lr"] = base * lr_factor(t)
         for p in params:
             p.grad = None
         loss = _toy_loss(params, x, y)
@@ -218,14 +236,20 @@ def drive_optimizer(cls, seed, steps, kwargs):
         opt.step()
         losses.append(float(loss.detach()))
     return {"params": [p.detach().clone() for p in params],
-            "losses": torch.tensor(losses, dtype=torch.float64)}
+            "losses": torch.tensor(losses, dtype=torch.float64), **out}
+
+
+def _clip_weights(seed, shape):
+    """A parameter's values (not zero, and unlike its gradient: a norm of the weights shows)."""
+    g = torch.Generator().manual_seed(int(seed) + 99991 + 7 * len(shape) + shape[0])
+    return (2.0 * torch.randn(shape, generator=g)).requires_grad_(True)
 
 
 def drive_clip(fn, seed, max_norm, scale, as_generator=False):
     """fn(parameters, max_norm) on parameters with seeded gradients (one without a gradient);
     the returned norm and every gradient afterwards."""
     g = torch.Generator().manual_seed(int(seed))
-    params = [torch.zeros(s, requires_grad=True) for s in [(4, 5), (5,), (3, 4), (7,)]]
+    params = [_clip_weights(seed, s) for s in [(4, 5), (5,), (3, 4), (7,)]]
     for i, p in enumerate(params):
         if i != 2:
             p.grad = scale * torch.randn(p.shape, generator=g)
@@ -288,8 +312,12 @@ def _ckpt_run(seed, save, load, before, after):
         if os.path.exists(path):
             os.remove(path)
     resumed = train(model2, opt2, int(step), int(after))
+    # bit for bit is a property of one process: the resumed losses against the straight ones
+    # computed here, exactly; the losses themselves are compared with the reference's at the
+    # float tolerance (another machine's or thread count's last bits differ)
     return {"step": int(step), "straight": torch.tensor(straight, dtype=torch.float64),
-            "resumed": torch.tensor(resumed, dtype=torch.float64)}
+            "resumed": torch.tensor(resumed, dtype=torch.float64),
+            "bit_for_bit": resumed == straight}
 
 
 def drive_save(fn, seed, before, after):
@@ -344,12 +372,14 @@ def drive_evaluate(fn, seed, vocab, n_tokens, context_length, batch_size, tuple_
 
 
 def drive_batch(fn, seed, n_tokens, batch_size, context_length, calls=1, numpy=False,
-                device="cpu"):
+                device="cpu", dtype=None):
     """fn(data, batch_size, context_length, device, generator) on data whose token at i is i
     (so a window shows where it starts): x and y of the first call, the starts over `calls`
     calls (one generator), whether the same seed repeats the batch, and the device."""
     data = torch.arange(int(n_tokens))
     src = data.numpy() if numpy else data
+    if dtype:                          # ids stored compactly (uint16, as nanoGPT and CS336 do)
+        src = data.numpy().astype(dtype)
     gen = torch.Generator().manual_seed(int(seed))
     x, y = fn(src, batch_size, context_length, device, gen)
     out = {"device": f"{x.device.type},{y.device.type}", "dtype": f"{x.dtype},{y.dtype}",
@@ -360,7 +390,8 @@ def drive_batch(fn, seed, n_tokens, batch_size, context_length, calls=1, numpy=F
     span = int(n_tokens) - int(context_length)
     out.update(x_is_window=bool((x[:, 1:] - x[:, :-1] == 1).all() and (x[:, 0] >= 0).all()),
                y_is_next=bool(torch.equal(y, x + 1)), y_equals_x=bool(torch.equal(y, x)),
-               in_bounds=bool(y.max() < int(n_tokens) and x.min() >= 0))
+               in_bounds=bool(y.max() < int(n_tokens) and x.min() >= 0),
+               same_start=bool(x.shape[0] > 1 and (x[:, 0] == x[0, 0]).all()))
     if int(calls) > 1:
         starts = [x[:, 0].clone()]
         for _ in range(int(calls) - 1):

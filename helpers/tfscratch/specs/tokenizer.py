@@ -40,6 +40,12 @@ EOT = "<|endoftext|>"
 def _pieces(text, specials, mode="split"):
     if not specials or mode == "text":
         return [text]
+    if mode == "space":                # each special token replaced by a space
+        for t in specials:
+            text = text.replace(t, " ")
+        return [text]
+    if mode == "noescape":             # the tokens used as a regular expression: `|` means "or"
+        return [p for p in regex.split("|".join(specials), text) if p is not None]
     parts = regex.split("|".join(regex.escape(t) for t in specials), text)
     return ["".join(parts)] if mode == "join" else parts
 
@@ -205,6 +211,44 @@ def _docs(r, n_docs):
     return text + EOT + "dog" + EOT + "cat" + "<pad>" + "the" + EOT + EOT + " end"
 
 
+def _tricky_docs(r, n_docs):
+    """Documents whose ordinary text holds what a special token is made of: `<`, `|`, `>`, the
+    words `endoftext` and `pad`, a broken `<|endoftext`: only an escaped split keeps them."""
+    bits = ["a<b", "x | y", "<html>", "endoftext", "pad", "padding", "||", "<|endoftext", "pad>", "->"]
+    docs = [" ".join(r.choice(bits) if r.random() < 0.3 else w for w in _english(r, r.randint(8, 20)).split(" "))
+            for _ in range(n_docs)]
+    return EOT.join(docs) + "<pad>" + "the end <pad>"
+
+
+def _code(r, n_lines):
+    """Python-like lines: indentation runs of 4 and 8 spaces, blank lines, a few tabs."""
+    out = []
+    for _ in range(n_lines):
+        x = r.random()
+        indent = "" if x < 0.2 else "    " if x < 0.6 else "        " if x < 0.95 else "\t"
+        out.append(indent + " ".join(r.choice(WORDS[:25]) for _ in range(r.randint(1, 5))) + r.choice(["", ":", "()", ","]))
+        if r.random() < 0.25:
+            out.append("")
+    return "\n".join(out) + "\n"
+
+
+def _whitespace_cuts(what):
+    """Code cut at random places and inside whitespace runs (between two spaces, two newlines)."""
+    def build(g):
+        r = _rng(g)
+        s = _code(r, 40)
+        inside = [i for i in range(1, len(s)) if s[i - 1].isspace() and s[i].isspace()]
+        cuts = sorted(set(r.sample(inside, min(len(inside), 12)) + r.sample(range(1, len(s)), 8)))
+        return [s[a:b] for a, b in zip([0] + cuts, cuts + [len(s)])]
+    return given(build, what)
+
+
+@lru_cache(maxsize=16)
+def _trained_code(seed: int, vocab_size: int, specials: tuple):
+    r = random.Random(seed)
+    return bpe(_code(r, 200) + EOT + _code(r, 100), vocab_size, specials)
+
+
 def _text(fn, what):
     return given(lambda g: fn(_rng(g)), what)
 
@@ -255,12 +299,24 @@ def _cuts(text_fn, what, single=False):
     return given(build, what)
 
 
-def _stream(n_lines, limit):
+# The bound the notebook states for encode_iterable: its first ids come before it has read 16 KB
+# (16,384 characters) of the stream. The probe's chunks are about 1 KB, and it may read 20 of
+# them: a buffer of up to 16 KB plus one chunk passes, a reader of the whole stream does not.
+STREAM_BOUND = 16_384
+
+
+def _stream(n_chunks, limit):
     def build(g):
         r = _rng(g)
-        lines = [_english(r, r.randint(12, 20)).replace("\n", " ") + "\n" for _ in range(n_lines)]
-        return {"$chunks": lines, "limit": limit}
-    return given(build, f"a stream of {n_lines} lines that may be read {limit} lines ahead")
+        chunks = []
+        for _ in range(n_chunks):
+            lines = []
+            while sum(map(len, lines)) < 1000:
+                lines.append(_english(r, r.randint(12, 20)).replace("\n", " ") + "\n")
+            chunks.append("".join(lines))
+        return {"$chunks": chunks, "limit": limit}
+    return given(build, f"a stream of {n_chunks} chunks of about 1 KB that may be read {limit} chunks "
+                        f"ahead (the notebook's bound: first ids before {STREAM_BOUND:,} characters)")
 
 
 def _partial_ids(g):
@@ -366,6 +422,16 @@ def _first_wrong_merge(e):
     return None
 
 
+def _unescaped(e):
+    """encode raised a KeyError on a fragment of a special token: the tokens were put into the
+    regular expression as they are, and `|` split them into their pieces."""
+    if "KeyError" not in e.error:
+        return False
+    vocab, merges, specials = _made(e)
+    return any(frag and repr(frag.encode("utf-8")) in e.error
+               for t in specials or [] for frag in regex.split(r"[|.*+?()\[\]{}^$\\]", t))
+
+
 def _tie(e):
     found = _first_wrong_merge(e)
     if not found:
@@ -420,6 +486,14 @@ TRAIN_DIAGNOSES = [
     when("the special tokens were trained on as ordinary text: their pieces (`<|`, `endoftext`) "
          "were counted and merged. Split the text on the special tokens first and train on the "
          "pieces between them.", _follows(mode="text")),
+    when("the special tokens were put into the regular expression without regex.escape: in "
+         "`<|endoftext|>` the `|` means 'or', so the split cut at every `<`, `>` and `endoftext` of "
+         "the ordinary text too. Build the pattern from regex.escape(t) for each special token.",
+         _follows(mode="noescape")),
+    when("you replaced each special token by a space: the pieces around it were glued into one "
+         "text, so pre-tokens and pairs were counted across the special token (and a space was "
+         "added that is not in the text). Split the text on the special tokens instead and "
+         "pre-tokenize each piece on its own.", _follows(mode="space")),
     when("you removed the special tokens but joined the pieces around them, so pairs were counted "
          "across a special token (`dog<|endoftext|>cat` became `dogcat`). Split on the special "
          "tokens and pre-tokenize each piece on its own.", _follows(mode="join")),
@@ -537,11 +611,15 @@ def _lost_tail(e):
 
 
 TOKENIZER_DIAGNOSES = [
+    when("the special tokens were put into the regular expression without regex.escape: in "
+         "`<|endoftext|>` the `|` means 'or', so the text was split at `<`, `endoftext` and `>` and "
+         "their pieces looked up as tokens. Build the alternation from regex.escape(t).", _unescaped),
     when("decode crashed on bytes that end in the middle of a character (a model can generate "
          "half a Chinese character or emoji): join the bytes, then "
          "`.decode('utf-8', errors='replace')`.", lambda e: "UnicodeDecodeError" in e.error),
-    when("encode_iterable read the whole stream before yielding anything: make it a generator "
-         "that keeps a small buffer, yields the ids of what can no longer change, and reads on "
+    when(f"encode_iterable read more than the notebook's bound ({STREAM_BOUND:,} characters) before "
+         "yielding its first ids, as if it read the whole stream first: make it a generator "
+         "that keeps a bounded buffer, yields the ids of what can no longer change, and reads on "
          "(`yield from self.encode(buffer[:cut])`).", lambda e: "StreamReadTooFar" in e.error),
     *variants(_encodes_like, [
         ({"special_order": "none"},
@@ -569,6 +647,11 @@ TOKENIZER_DIAGNOSES = [
          "that could start a special token) until the next chunk arrives.", _per_chunk),
     when("encode_iterable lost the end of the text: after the loop over the chunks, encode what "
          "is left in the buffer.", _lost_tail),
+    when("encode_iterable gave other ids than encode of the whole text where a chunk ended inside a "
+         "run of spaces or newlines: GPT-2's pattern makes a whitespace run one pre-token (and this "
+         "vocabulary merges runs of spaces and newlines), so a buffer cut at the last space or "
+         "newline splits it. Cut only at the start of the last pre-token, which no later text can "
+         "change.", lambda e: e.out(0) is not None, probes=("whitespace",)),
 ]
 
 
@@ -594,7 +677,9 @@ EXERCISES = [
               [call(_text(lambda r: _docs(r, 12), "documents joined by <|endoftext|>"), 256 + 2 + 25,
                     [EOT, "<pad>"]),
                call(_text(lambda r: _docs(r, 4), "documents joined by <|endoftext|>"), 256 + 2 + 15,
-                    special_tokens=["<pad>", EOT])],
+                    special_tokens=["<pad>", EOT]),
+               call(_text(lambda r: _tricky_docs(r, 10), "documents whose text holds <, |, >, endoftext, pad"),
+                    256 + 2 + 25, [EOT, "<pad>"])],
               sizes=True, compare=_show_bytes, what="special tokens: numbered after the bytes, never merged"),
         Probe("unicode", ("unicode",),
               [call(_text(lambda r: _mixed(r, 40), "Chinese, English and emoji"), 256 + 1 + 60, [EOT])],
@@ -627,7 +712,8 @@ EXERCISES = [
               [call(f"a{EOT}{EOT}b{EOT}c {EOT}<|endoftext", method="encode"),
                call(prev(0), method="decode"),
                call(_text(lambda r: EOT.join(_english(r, 6) for _ in range(4)) + EOT, "documents"),
-                    method="encode")],
+                    method="encode"),
+               call(_text(lambda r: _tricky_docs(r, 3), "text holding <, |, >, endoftext"), method="encode")],
               make=ctor(_vocab(256 + 1 + 60), _merges(256 + 1 + 60), [EOT, EOT + EOT]),
               compare=_show_text, what="special tokens kept whole, overlapping ones longest first"),
         Probe("iterable", ("encode_iterable",),
@@ -635,8 +721,17 @@ EXERCISES = [
                           "a text cut at random places"), method="encode_iterable", take=0),
                call(_cuts(lambda r: "it'll " + _english(r, 12) + EOT + "中文 " + EOT, "one character per chunk",
                           single=True), method="encode_iterable", take=0),
-               call(_stream(40, 6), method="encode_iterable", take=25)],
+               call(_stream(40, 20), method="encode_iterable", take=25)],
               make=ctor(_vocab(256 + 1 + 80), _merges(256 + 1 + 80), [EOT, EOT + EOT]),
               compare=_show_text, what="encode_iterable: lazy, and equal to encode of the whole text"),
+        Probe("whitespace", ("encode_iterable",),
+              [call(_whitespace_cuts("code cut inside its runs of spaces and newlines"),
+                    method="encode_iterable", take=0)],
+              make=ctor(given(lambda g: _trained_code(g.initial_seed(), 256 + 1 + 60, (EOT,))[0],
+                              "a vocabulary of 317 trained on code (merges of spaces and newlines)"),
+                        given(lambda g: _trained_code(g.initial_seed(), 256 + 1 + 60, (EOT,))[1], "its merges"),
+                        [EOT]),
+              compare=_show_text, what="encode_iterable on code, cut inside whitespace runs, with a "
+                                       "vocabulary that merges spaces and newlines"),
     ]),
 ]

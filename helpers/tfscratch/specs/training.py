@@ -59,6 +59,18 @@ def _last_offset_missed(e):
     return False
 
 
+def _aligned(e):
+    """Only starts that are multiples of the context length were drawn (non-overlapping windows)."""
+    for ci in range(len(e.pd["calls"])):
+        seen, T = e.out(ci, "starts_seen"), int(e.args(ci)[0][3])
+        if seen is not None:
+            seen = np.asarray(seen)
+            off = [i for i in range(len(seen)) if i % T]
+            if off and seen.any() and not seen[off].any():
+                return True
+    return False
+
+
 def _not_repeatable(e):
     return _flag(e, "repeatable", False)
 
@@ -80,6 +92,12 @@ BATCH_DIAGNOSES = [
     when("a window runs past the end of the data: the largest start is len(data) - context_length "
          "- 1 (then y ends on the last token), so draw starts with torch.randint(0, len(data) - "
          "context_length, ...), whose upper bound is exclusive.", _past_end),
+    when("only starts that are multiples of context_length are drawn (the data cut into "
+         "non-overlapping windows): every offset from 0 to len(data) - context_length - 1 must be "
+         "possible, torch.randint(0, len(data) - context_length, ...).", _aligned),
+    when("every row of the batch starts at the same offset: draw batch_size independent starts, "
+         "torch.randint(0, len(data) - context_length, (batch_size,), generator=generator), one per "
+         "row.", lambda e: _flag(e, "same_start", True)),
     when("the last valid start, len(data) - context_length - 1, is never drawn: torch.randint's "
          "upper bound is exclusive, so use torch.randint(0, len(data) - context_length, ...) (not "
          "len(data) - context_length - 1).", _last_offset_missed),
@@ -105,14 +123,25 @@ def _toy(seed):
     return params, torch.randn(16, 6, generator=g), torch.randn(16, 3, generator=g)
 
 
-def _adam_like(seed, steps, kw, bias=True, decay="decoupled", fused=False):
-    """The toy run of fixtures.drive_optimizer with an Adam written here, right or in a known wrong way."""
+def _adam_like(seed, steps, kw, bias=True, decay="decoupled", schedule=False, resume_at=None,
+               lr_once=False, lost_state=False):
+    """The toy run of fixtures.drive_optimizer with an Adam written here, right or in a known
+    wrong way, or in CS336's documented form (decay="cs336": the decay after the Adam step,
+    the bias corrections folded into the step size, epsilon added to sqrt(v))."""
+    from .fixtures import lr_factor
     params, x, y = _toy(seed)
-    lr, (b1, b2) = kw.get("lr", 1e-3), kw.get("betas", (0.9, 0.999))
+    base, (b1, b2) = kw.get("lr", 1e-3), kw.get("betas", (0.9, 0.999))
     eps, wd = kw.get("eps", 1e-8), kw.get("weight_decay", 0.01)
     m = [torch.zeros_like(p) for p in params]
     v = [torch.zeros_like(p) for p in params]
+    start = 0
     for t in range(1, int(steps) + 1):
+        if resume_at is not None and lost_state and t - 1 == int(resume_at):
+            m = [torch.zeros_like(p) for p in params]   # a fresh Adam after the "checkpoint"
+            v = [torch.zeros_like(p) for p in params]
+            start = t - 1
+        lr = base * lr_factor(t - 1) if schedule and not lr_once else base
+        k = t - start                                   # the step count the optimizer keeps
         for p in params:
             p.grad = None
         w1, b1_, w2, b2_ = params
@@ -125,7 +154,14 @@ def _adam_like(seed, steps, kw, bias=True, decay="decoupled", fused=False):
                     p.mul_(1 - lr * wd)
                 m[i] = b1 * m[i] + (1 - b1) * g
                 v[i] = b2 * v[i] + (1 - b2) * g * g
-                mh, vh = (m[i] / (1 - b1 ** t), v[i] / (1 - b2 ** t)) if bias else (m[i], v[i])
+                if decay in ("cs336", "folded"):   # the bias corrections in the step size
+                    if decay == "folded":
+                        p.mul_(1 - lr * wd)
+                    p.sub_(lr * (1 - b2 ** k) ** 0.5 / (1 - b1 ** k) * m[i] / (v[i].sqrt() + eps))
+                    if decay == "cs336":
+                        p.sub_(lr * wd * p)
+                    continue
+                mh, vh = (m[i] / (1 - b1 ** k), v[i] / (1 - b2 ** k)) if bias else (m[i], v[i])
                 upd = mh / (vh.sqrt() + eps)
                 if decay == "after":
                     p.sub_(lr * upd)
@@ -140,22 +176,61 @@ def _adam_like(seed, steps, kw, bias=True, decay="decoupled", fused=False):
     return [p.detach() for p in params]
 
 
+def _adam_runs(e):
+    """[(call, seed, steps, kwargs, how the driver ran it, the student's parameters)]."""
+    out = []
+    for ci in range(len(e.pd["calls"])):
+        args, how = e.args(ci)
+        got = [e.out(ci, f"params.{i}") for i in range(4)]
+        if any(g is None for g in got):
+            return []
+        out.append((ci, args[0], args[1], args[2], how, got))
+    return out
+
+
 def _adam_follows(**mistake):
     def test(e):
-        hit = 0
-        for ci in range(len(e.pd["calls"])):
-            args = e.args(ci)[0]
-            seed, steps, kw = args[0], args[1], args[2]
-            got = [e.out(ci, f"params.{i}") for i in range(4)]
-            if any(g is None for g in got):
-                return False
-            wrong = _adam_like(seed, steps, kw, **mistake)
+        hit, runs = 0, _adam_runs(e)
+        for ci, seed, steps, kw, how, got in runs:
+            wrong = _adam_like(seed, steps, kw, **how, **mistake)
             if not all(np.allclose(g, w.numpy(), atol=1e-4, rtol=1e-3) for g, w in zip(got, wrong)):
                 return False
-            right = _adam_like(seed, steps, kw)
+            right = _adam_like(seed, steps, kw, **how)
             hit += not all(np.allclose(r.numpy(), w.numpy(), atol=1e-5) for r, w in zip(right, wrong))
-        return hit > 0
+        return bool(runs) and hit > 0
     return test
+
+
+ADAM_FORMS = {   # the documented forms other than torch.optim.AdamW's, accepted at 1e-4
+    "cs336": "the CS336 handout's (and Hugging Face's) form of AdamW: the weight decay after the "
+             "Adam step, the bias corrections folded into the step size",
+    "after": "the weight decay after the Adam step (the order of the CS336 handout and Hugging "
+             "Face's AdamW)",
+    "folded": "the bias corrections folded into the step size, lr * sqrt(1 - beta2**t) / (1 - "
+              "beta1**t) (Kingma and Ba, section 2)",
+}
+
+
+def _cs336_form(e):
+    """A note when the student's optimizer follows one of the other documented forms of AdamW
+    (ADAM_FORMS) at 1e-4 on every call, as CS336's own test accepts its form beside PyTorch's;
+    None otherwise (the probe then fails as usual)."""
+    runs = _adam_runs(e)
+    if not runs:
+        return None
+    for form, words in ADAM_FORMS.items():
+        if all(all(np.allclose(g, w.numpy(), atol=1e-4, rtol=1e-4)
+                   for g, w in zip(got, _adam_like(seed, steps, kw, decay=form, **how)))
+               for ci, seed, steps, kw, how, got in runs):
+            return (f"accepted: you wrote {words}; torch.optim.AdamW decays first and divides "
+                    "the moments, and the forms differ by terms of order lr**2 * weight_decay and "
+                    "in where epsilon sits")
+    return None
+
+
+def _state_lost(e):
+    return any(e.out(ci, "n_state") is not None and int(e.out(ci, "n_state")) == 0
+               and int(e.want_out(ci, "n_state")) > 0 for ci in range(len(e.pd["calls"])))
 
 
 def _no_state(e):
@@ -166,15 +241,23 @@ ADAMW_DIAGNOSES = [
     when("your optimizer is not a working torch.optim.Optimizer: subclass it and call "
          "super().__init__(params, defaults) with the hyper-parameters in `defaults`; iterate over "
          "self.param_groups in step().", lambda e: "param_groups" in e.error or "defaults" in e.error),
+    when(lambda e: "the optimizer's moments are not in self.state: state_dict()['state'] was "
+         "empty, so a new optimizer loaded from it (a resumed checkpoint) started Adam afresh. Keep "
+         "step, exp_avg and exp_avg_sq in self.state[p], which state_dict() saves and "
+         "load_state_dict() restores.", _state_lost),
+    when("the learning rate was read once (in __init__, or from self.defaults): a schedule sets "
+         "group['lr'] before every step, and your steps did not follow it. Read lr and the other "
+         "hyper-parameters from the param group inside step().", _adam_follows(lr_once=True)),
+    when("the optimizer's moments were lost when a new optimizer took over from "
+         "load_state_dict(opt.state_dict()): keep step, exp_avg and exp_avg_sq in self.state[p], "
+         "which state_dict() carries.", _adam_follows(lost_state=True)),
     when("Adam's bias correction is missing: divide the moments by (1 - beta1**t) and "
-         "(1 - beta2**t), t counting from 1 (m and v start at zero, so early steps are far too small "
-         "without it).", _adam_follows(bias=False)),
+         "(1 - beta2**t), t counting from 1. Without it the early steps are too LARGE, not small "
+         "(m is 10x too small at t = 1 but sqrt(v) about 32x, so the step is ~3x too large, ~6.6x "
+         "near t = 12 with the default betas).", _adam_follows(bias=False)),
     when("the weight decay is coupled to the gradient (L2: grad + weight_decay * p goes through the "
          "moments): AdamW decays the weights directly, p *= 1 - lr * weight_decay, outside m and v.",
          _adam_follows(decay="l2")),
-    when("the weight decay is applied after the Adam update: AdamW shrinks p first, "
-         "p *= 1 - lr * weight_decay, then takes the Adam step (as torch.optim.AdamW does).",
-         _adam_follows(decay="after")),
     when("the weight decay is missing: AdamW multiplies every parameter by (1 - lr * weight_decay) "
          "before the Adam step.", _adam_follows(decay="none")),
     when("the weight decay is not scaled by the learning rate: p *= 1 - lr * weight_decay, not "
@@ -253,6 +336,11 @@ SCHEDULE_DIAGNOSES = [
 
 # -- clip_grad_norm ----------------------------------------------------------------------------
 
+def _clip_weights(seed):
+    from .fixtures import _clip_weights as w
+    return [w(seed, s).detach() for i, s in enumerate([(4, 5), (5,), (3, 4), (7,)]) if i != 2]
+
+
 def _clip_case(seed, scale):
     g = torch.Generator().manual_seed(int(seed))
     shapes_ = [(4, 5), (5,), (3, 4), (7,)]
@@ -284,6 +372,11 @@ def _clip_follows(kind):
                 wrong = [g * min(1.0, max_norm / (s + 1e-6)) for g in grads]
             elif kind == "none":
                 wrong = grads
+            elif kind == "weights":
+                w = torch.sqrt(sum((p ** 2).sum() for p in _clip_weights(seed)))
+                wrong = [g * min(1.0, max_norm / (float(w) + 1e-6)) for g in grads]
+            elif kind == "value":
+                wrong = [g.clamp(-max_norm, max_norm) for g in grads]
             else:
                 return False
             if not all(np.allclose(a, b.numpy(), atol=1e-5, rtol=1e-4) for a, b in zip(got, wrong)):
@@ -356,6 +449,13 @@ CLIP_DIAGNOSES = [
         "none":
             "the gradients were not changed: scale them in place (p.grad.mul_(factor)); a new tensor "
             "assigned to a local name leaves p.grad as it was.",
+        "weights":
+            "you took the norm of the parameters (the weights), not of their gradients: sum the "
+            "squares of p.grad.",
+        "value":
+            "you clipped every entry to [-max_norm, max_norm] (clipping by value, "
+            "clip_grad_value_): clipping by norm scales all the gradients by one factor, "
+            "min(1, max_norm / (norm + 1e-6)), so their direction is kept.",
     }),
     when("you returned the norm after clipping (always <= max_norm): return the total norm computed "
          "BEFORE scaling, as torch.nn.utils.clip_grad_norm_ does: it is what a training log shows.",
@@ -502,8 +602,8 @@ def _resume(kind, diagnose, seed, steps, what):
     """save_checkpoint or load_checkpoint: one probe, the next 6 losses of a resumed run bit for bit."""
     name = f"{kind}_checkpoint"
     return Exercise(name, ref=f"training.{name}", diagnose=diagnose, graded=grades(resume=1),
-                    probes=[Probe("resume", ("resume",), [_run(kind, seed, steps, 6)], atol=0.0,
-                                  rtol=0.0, what=f"{what}: the next 6 losses bit for bit")])
+                    probes=[Probe("resume", ("resume",), [_run(kind, seed, steps, 6)],
+                                  what=f"{what}: the next 6 losses bit for bit")])
 
 
 EXERCISES = [
@@ -511,8 +611,10 @@ EXERCISES = [
              graded=grades(shift=1, bounds=(1, 1201), device=1),
              probes=[
         Probe("shift", ("shift",),
-              [_run("batch", _s(1), 200, 6, 12), _run("batch", _s(2), 50, 3, 7, numpy=True)],
-              what="x a window of the data, y the same window one token on (a tensor and a NumPy array)"),
+              [_run("batch", _s(1), 200, 6, 12), _run("batch", _s(2), 50, 3, 7, numpy=True),
+               _run("batch", _s(25), 70000, 5, 9, dtype="uint16")],
+              what="x a window of the data, y the same window one token on (a tensor, a NumPy array, "
+                   "NumPy uint16 ids as nanoGPT stores them)"),
         Probe("bounds", ("bounds",),
               [_run("batch", _s(3), 20, 8, 15, calls=40), _run("batch", _s(4), 9, 4, 8, calls=10)],
               what="every start from 0 to len(data) - T - 1 drawn, none past the end; the generator followed"),
@@ -521,16 +623,24 @@ EXERCISES = [
               what="x and y on the requested device (here 'meta'), LongTensors (B, T)"),
     ]),
     Exercise("AdamW", ref="training.AdamW", diagnose=ADAMW_DIAGNOSES, shortcuts=("adamw",),
-             graded=grades(steps=(2, 1202), weight_decay=1),
+             graded=grades(steps=(2, 1202), weight_decay=1, state=(1, 1206)),
              probes=[
         Probe("steps", ("steps",),
               [_run("optimizer", _s(6), 100, {}),
                _run("optimizer", _s(7), 60, {"lr": 3e-3, "betas": (0.8, 0.95), "eps": 1e-6, "weight_decay": 0.0})],
+              accept=_cs336_form,
               what="100 steps on a small network, equal to torch.optim.AdamW (defaults; other betas and eps)"),
         Probe("decay", ("weight_decay",),
               [_run("optimizer", _s(8), 25, {"lr": 0.05, "weight_decay": 0.5}),
                _run("optimizer", _s(9), 25, {"lr": 0.02, "betas": (0.9, 0.99), "weight_decay": 2.0})],
-              what="strong weight decay: decoupled, before the update, scaled by lr"),
+              accept=_cs336_form, what="strong weight decay: decoupled, scaled by lr"),
+        Probe("state", ("state",),
+              [_run("optimizer", _s(22), 40, {"lr": 0.01}, schedule=True),
+               _run("optimizer", _s(23), 30, {"lr": 3e-3, "weight_decay": 0.1}, resume_at=12),
+               _run("optimizer", _s(24), 20, {"lr": 0.02, "betas": (0.9, 0.95)}, schedule=True, resume_at=8)],
+              accept=_cs336_form,
+              what="the learning rate of a schedule read at every step; the moments carried by "
+                   "state_dict() into a new optimizer"),
     ]),
     Exercise("cosine_schedule", ref="training.cosine_schedule", diagnose=SCHEDULE_DIAGNOSES,
              graded=grades(warmup=1, cosine=(1, 1203)),
