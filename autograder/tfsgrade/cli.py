@@ -244,11 +244,13 @@ def _cmd_grade(a) -> int:
                   probe_seed=a.probe_seed, probe_secret=a.probe_secret,
                   roster=a.roster, layout=a.layout, id_fields=a.id_field or (),
                   term_options=_term_options(a))
-    flagged = [it for it in items if it.status == "flagged" or it.reasons]
-    print(f"graded {sum(it.status == 'graded' for it in items)} notebook(s); {len(flagged)} flagged")
-    for it in flagged:
-        for r in it.reasons:
-            print(f"  {it.student}/{it.assignment}: {r}")
+    kept = [it for it in items if (it.result or {}).get("from_cache")]
+    flagged = [it for it in items if it.status == "flagged"]
+    noted = [it for it in items if it.reasons and it not in kept]
+    print(f"graded {sum(it.status == 'graded' for it in items)} notebook(s): {len(items) - len(kept)} run now, "
+          f"{len(kept)} unchanged since an earlier run; {len(flagged)} flagged")
+    for it in noted:     # one line per notebook run now; the rest are in grades.csv's notes
+        print(f"  {it.student}/{it.assignment}: " + "; ".join(it.reasons))
     print(f"wrote {a.out / 'grades.csv'}, {a.out / 'report.html'}, {a.out / 'feedback'}/")
     print(f"free-text answers to grade by hand: {a.out / 'manual_review.md'} "
           f"(`{command('formgrader', a.out)}`, then `{command('export', a.out)}`)")

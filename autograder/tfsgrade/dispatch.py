@@ -222,7 +222,7 @@ def run_all(items, s) -> None:
     for it in pending:
         res = None if it.student in s.students else cached(it, s)
         if res is not None:
-            it.result = res
+            it.result = dict(res, from_cache=True)   # unchanged since a run before: not run again
         else:
             todo.append(it)
     if not todo:

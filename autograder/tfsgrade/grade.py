@@ -45,7 +45,9 @@ def grade(submissions: Path, out: Path, *, names: list[str] | None = None, term_
                              from_zip=Path(submissions).is_file(), id_fields=s.id_fields, log=s.log)
         root_in = got.root   # LMS downloads: converted to <student>/<assignment>.ipynb
         s = s.with_names(_assignments(names, intake.students_in(root_in)))
-        s.log(f"grading {len(intake.students_in(root_in))} student folder(s) on {', '.join(s.names)}")
+        s.log(f"grading {len(intake.students_in(root_in))} student folder(s) on {', '.join(s.names)}"
+              + (f" (running {', '.join(s.students)} again; the others' unchanged notebooks keep their "
+                 "results)" if s.students else ""))
         _timed(s, "course", lambda: merge.term_course(s))
         items = intake.collect(root_in, list(s.names), intake=got)
         _timed(s, "normalise", lambda: normalise_all(items, s))

@@ -106,7 +106,17 @@ def command(*args: str) -> str:
     import shlex
     import shutil
     import sys
-    exe = "tfs-grade" if shutil.which("tfs-grade") else f"{shlex.quote(sys.executable)} -m tfsgrade.cli"
+    from pathlib import Path
+    beside = Path(sys.executable).parent / "tfs-grade"     # the venv's own script (make install)
+    if shutil.which("tfs-grade"):
+        exe = "tfs-grade"
+    elif beside.exists():
+        try:
+            exe = shlex.quote(str(beside.relative_to(Path.cwd())))
+        except ValueError:
+            exe = shlex.quote(str(beside))
+    else:
+        exe = f"{shlex.quote(sys.executable)} -m tfsgrade.cli"
     return " ".join([exe, *(shlex.quote(str(a)) for a in args)])
 
 

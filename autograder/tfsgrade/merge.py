@@ -59,15 +59,21 @@ def fresh_course(s) -> None:
 
 
 def _notes_from_events(it, nb, s) -> list[str]:
-    """Say, per exercise, what happened; never call graded what did not run."""
-    out = []
-    lim = f" ({s.limits.cell_timeout}s)"
+    """Say, per exercise, what happened, once and in plain words; never call graded what did
+    not run. An endless loop is one clause for the exercise (which function did not return
+    within how many seconds, how many of its test cells score 0) and one for each exercise
+    built on it, however many cells it cost."""
+    out, loops, lost, others = [], {}, {}, {}
+    limit = s.limits.cell_timeout
     owner = {}
     cur = None
     for i, c in enumerate(nb.cells):
         gid = c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         cur = gid or cur
         owner[i] = gid or (f"after {cur}" if cur else "before the first exercise")
+
+    def graded(k):
+        return bool(nb.cells[k].get("metadata", {}).get("nbgrader", {}).get("grade"))
     for e in it.result.get("events", []):
         if e["kind"] == "beside_check":   # a process ran while the check of an exercise did
             out.append(f"the independent check of {e['exercise']} could not vouch for its result: "
@@ -75,13 +81,17 @@ def _notes_from_events(it, nb, s) -> list[str]:
                        "(an exercise must compute its answer itself and start no process)")
             continue
         where = f"cell {e['cell']} ({owner.get(e['cell'], '?')})"
-        if e["kind"] == "timeout":
-            out.append(f"{where} ran past the time limit{lim} (an infinite loop?) and was "
-                       "interrupted; the cells after it were still run and graded (the other "
-                       "checks of the same exercise are skipped: they would loop too)")
+        ex = e.get("exercise")
+        if e["kind"] in ("timeout", "skipped") and ex:
+            if e["kind"] == "timeout":
+                loops.setdefault(ex, (e.get("limit") or limit, e.get("calls")))
+            tally = lost if graded(e["cell"]) else others
+            tally[ex] = tally.get(ex, 0) + 1
+        elif e["kind"] == "timeout":
+            out.append(f"{where} did not finish within {e.get('limit') or limit} s and was "
+                       "interrupted; the cells after it were still run and graded")
         elif e["kind"] == "skipped":
-            graded = nb.cells[e["cell"]].get("metadata", {}).get("nbgrader", {}).get("grade")
-            out.append(f"{where} was not run ({e['why']})" + (": scored 0" if graded else ""))
+            out.append(f"{where} was not run ({e['why']})" + (": scored 0" if graded(e["cell"]) else ""))
         elif e["kind"] == "stuck":
             out.append(f"{where} ran past the time limit and could not be interrupted: scored 0; "
                        "the kernel was restarted, the cells before it replayed, and the cells "
@@ -91,9 +101,20 @@ def _notes_from_events(it, nb, s) -> list[str]:
                        "a fresh kernel replayed the cells before it and the cells after it were "
                        "run and graded")
         elif e["kind"] == "not_run":
-            gids = [owner[k] for k in e["cells"] if nb.cells[k].get("metadata", {}).get("nbgrader", {}).get("grade")]
+            gids = [owner[k] for k in e["cells"] if graded(k)]
             out.append(f"cells from {where} on were NOT run ({e['why']}); "
                        f"{'their tests score 0: ' + ', '.join(gids) if gids else 'no test among them'}")
+    for ex, (lim, calls) in loops.items():
+        n = lost.get(ex, 0)
+        cells = f"its {n} test cell{'s' if n != 1 else ''} score{'' if n != 1 else 's'} 0"
+        said = (f"{ex} calls {calls} and did not return within {lim} s either: {cells}" if calls else
+                f"{ex} did not return within {lim} s (an endless loop, or far too slow): {cells}")
+        if others.get(ex):
+            k = others[ex]
+            said += f"; {k} later cell{'s' if k != 1 else ''} that call{'' if k != 1 else 's'} it were not run"
+        out.append(said)
+    if loops:
+        out.append("the other cells were run and graded")
     return out
 
 

@@ -161,14 +161,19 @@ def _row(st, mine, names, marks, saved) -> list:
     from . import intake
     return [st, *[f"{got[a].score:g}" if a in got else "" for a in names],
             f"{sum(m.score for m in got.values()):g}", f"{max_total:g}", status,
-            "; ".join(f"{it.assignment}: {r}" for it in mine for r in it.reasons), sandbox,
-            "; ".join(f"{it.assignment}: {f}" for it in mine for f in it.flags),
+            _per_notebook(mine, "reasons"), sandbox, _per_notebook(mine, "flags"),
             intake.submitted_at(mine), intake.lms_late(mine),
             " ".join(f"{a}:{g}" for a, g, _ in waiting),
             (f"{WAITING}: {len(waiting)} answer(s), {sum(p for *_, p in waiting):g} point(s)"
              if waiting else ""),
             "; ".join(f"{a}: {m.late}" for a, m in got.items() if m.late),
             f"{sum(m.penalty for m in got.values()):g}"]
+
+
+def _per_notebook(mine, field: str) -> str:
+    """One summary per notebook: "01_attention: what; what | 02_masks: what"."""
+    return " | ".join(f"{it.assignment}: " + "; ".join(getattr(it, field))
+                      for it in mine if getattr(it, field))
 
 
 def _max_of(marks, a) -> float:

@@ -281,8 +281,7 @@ class Checks:
         for p in self.cfg.get("probes", []):
             ex = p["exercise"]
             if ex in run.looping:
-                why = (f"not run: {ex} ran past the {self.lim['cell_timeout']}s limit in the notebook, "
-                       "so its check would too")
+                why = f"not run: {run.loop_reason(ex)}, so its independent check was not run either"
             elif time.monotonic() > end:
                 why = f"not run: the checks' {self.lim['notebook_timeout']}s time budget was spent"
             elif ex not in self.plans:
@@ -473,16 +472,17 @@ class Run:
         # {graded cell: its exercise}, as the specs declare them (the probes' cells)
         self.owners = {g: p["exercise"] for p in cfg.get("probes", []) for g in p.get("cells", ())}
         self.looping = set()   # exercises whose code ran past the cell limit: their later checks would too
+        self.calls = {}        # exercise -> the looping exercise its own code calls (see limit_of)
         self.broken = set()    # cells that ran past the limit, killed the kernel or never ran
         self.done, self.restarts = [], 0
         self.checks: dict = {}
 
     def client(self):
         lim = self.lim
-        return self.Client(self.nb, timeout=lim["cell_timeout"], allow_errors=True, interrupt_on_timeout=True,
+        return self.Client(self.nb, timeout=lim["cell_timeout"], timeout_func=self.limit_of, allow_errors=True, interrupt_on_timeout=True,
                            error_on_timeout={"ename": "CellTimeoutError", "evalue": "",
-                                             "traceback": ["CellTimeoutError: the cell ran past the "
-                                                           f"{lim['cell_timeout']}s limit"]},
+                                             "traceback": ["CellTimeoutError: the cell ran past its "
+                                                           "time limit"]},
                            raise_on_iopub_timeout=True, iopub_timeout=5, kernel_name="python3",
                            startup_timeout=120, record_timing=False, shutdown_kernel="immediate",
                            extra_arguments=["--HistoryManager.hist_file=:memory:"],
@@ -522,10 +522,9 @@ class Run:
             ex = next((e for e in self.looping if re.search(rf"\b{re.escape(e)}\b", c.source)), None)
             if ex is None:
                 return False
-        self.fail(k, "CellNotRun", f"not run: {ex} ran past the {self.lim['cell_timeout']}s limit in an "
-                                   "earlier cell, so this cell would too"
-                                   + (" (the exercise scores 0)" if gid.startswith("test_") else ""))
-        self.events.append({"cell": k, "kind": "skipped",
+        self.fail(k, "CellNotRun", f"not run: {self.loop_reason(ex)}, so this cell would not either"
+                                   + (" (it scores 0)" if gid.startswith("test_") else ""))
+        self.events.append({"cell": k, "kind": "skipped", "exercise": ex,
                             "why": f"{ex} ran past the time limit in an earlier cell"})
         return True
 
@@ -534,6 +533,43 @@ class Run:
         ex = self.exercise_of(self.cells[k])
         if ex:
             self.looping.add(ex)
+        return ex
+
+    def loop_reason(self, ex) -> str:
+        """Why exercise `ex` is taken as looping, in plain words."""
+        limit = int(self.lim["cell_timeout"])
+        if ex in self.calls:
+            return (f"{ex} calls {self.calls[ex]}, which did not return within {limit} s, and it did "
+                    f"not return within {min(limit, max(10, limit // 6))} s either")
+        return f"{ex} did not return within {limit} s in the notebook (an endless loop, or far too slow)"
+
+    def limit_of(self, c) -> int:
+        """A cell's time limit: the run's, except for the test cells of an exercise whose own
+        code calls an exercise that already ran past it. Those would most likely loop too, and
+        a correct one answers in well under a second: they get a sixth of the limit (at least
+        10 s), so that one endless loop costs a class one limit, not one per exercise built on
+        it. The check of such an exercise, when its cells finish, runs with the full limit."""
+        full = int(self.lim["cell_timeout"])
+        ex = self.exercise_of(c)
+        if not self.looping or ex is None or ex in self.looping or not _graded_test(c):
+            return full
+        called = self.calls.get(ex) or self.calls_looping(ex)
+        if called is None:
+            return full
+        self.calls[ex] = called
+        return min(full, max(10, full // 6))
+
+    def calls_looping(self, ex) -> str | None:
+        """The looping exercise that exercise `ex`'s own cell calls by its bare name."""
+        own = next((c for c in self.cells if c.cell_type == "code"
+                    and c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == ex), None)
+        try:
+            tree = ast.parse(own.source) if own is not None else None
+        except SyntaxError:
+            return None
+        called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)
+                  and isinstance(n.func, ast.Name)} if tree else set()
+        return next((e for e in sorted(self.looping) if e in called), None)
 
     # -- executing ----------------------------------------------------------------------------
     def quiet(self, k) -> bool:
@@ -607,11 +643,17 @@ class Run:
                 count = c.execution_count + 1
         self.seconds[i] = round(time.monotonic() - t, 3)
         c.metadata["tfsgrade"] = {"ran": sha(c.source)}
+        limit = self.limit_of(c)
         if any(o.get("ename") == "CellTimeoutError" or
-               (o.get("ename") == "KeyboardInterrupt" and self.seconds[i] >= self.lim["cell_timeout"])
+               (o.get("ename") == "KeyboardInterrupt" and self.seconds[i] >= limit)
                for o in c.outputs):
-            self.events.append({"cell": i, "kind": "timeout"})
-            self.timed_out(i)
+            ex = self.timed_out(i)
+            self.events.append({"cell": i, "kind": "timeout", "exercise": ex, "limit": limit,
+                                "calls": self.calls.get(ex)})
+            for o in c.outputs:     # the limit this cell had, in the words the student reads
+                if o.get("ename") == "CellTimeoutError":
+                    o["evalue"] = f"the cell did not finish within {limit} s (an endless loop?)"
+                    o["traceback"] = [f"CellTimeoutError: {o['evalue']}"]
         self.done.append(i)
         return count
 

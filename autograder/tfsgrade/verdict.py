@@ -55,7 +55,7 @@ def _probe_source() -> str:
 VM_SOURCE = _probe_source()
 FORGED = "a capture the probe did not make"
 # the runner's reasons that already say, in plain words, what happened (tfsgrade.sandbox_runner)
-PLAIN = ("ChildProcess:", "CheckTimeout:", "KernelDied:", "not run:")
+PLAIN = engine.GRADER_REASONS   # reasons of the grader, said as they are
 
 # What a capture may hold, checked before decompression. The reference's captures of every
 # notebook total under 1 MB; a probe's own recorders (`.shapes`) stay under 1 MB.

@@ -118,7 +118,7 @@ EXERCISES = [
               [call(randn(5, 8), grad=(0,), backward=randn(5, 8))],
               what="the gradient for a random upstream gradient"),
     ]),
-    Exercise("scaled_dot_product_attention", ref="masks.scaled_dot_product_attention",
+    Exercise("scaled_dot_product_attention", ref="masks.scaled_dot_product_attention", returns=("output", "weights"),
              graded=grades(shapes=1, weights=2, output=2, batch_axes=1, random=(2, 4242)),
              shortcuts=("attention",), diagnose=ATTENTION_DIAGNOSES, probes=[
         Probe("shapes", (shapes("shapes"),

@@ -475,7 +475,7 @@ ATTENTION_DIAGNOSES = [
            partial(_attend, cache_mask=False), cached_only=True),
 ]
 
-CAUSAL_SELF_ATTENTION = Exercise("CausalSelfAttention", ref="decoder_only.CausalSelfAttention",
+CAUSAL_SELF_ATTENTION = Exercise("CausalSelfAttention", ref="decoder_only.CausalSelfAttention", returns=("output", "cache"),
                                  graded=grades(shapes=1, matches_torch=(2, 8117), cache=(2, 9773)),
                                  shortcuts=("attention", "multihead"),
                                  diagnose=ATTENTION_DIAGNOSES, probes=[

@@ -44,6 +44,7 @@ A spec module (`tfscratch/specs/<module>.py`) lists `EXERCISES`:
 """
 from __future__ import annotations
 
+import contextvars
 import copy
 import hashlib
 import importlib
@@ -311,10 +312,13 @@ class Exercise:
     diagnose: list = field(default_factory=list)   # Diagnosis entries, most specific first
     shortcuts: tuple = ()        # shortcut groups (tfscratch.shortcuts): the probe machine's guard
                                  # in every probe, the kernel's guard, the grader's scan
+    returns: tuple = ()          # the names of a returned tuple's parts, for messages ("weights")
 
     def __post_init__(self):
         self._full_ids()
         self._check()
+        for p in self.probes:    # each probe's messages name the parts of what it returns
+            p.returns = self.returns
 
     def _check(self) -> None:
         ids = [g.id for g in self.graded]
@@ -562,12 +566,21 @@ def _fmt(a) -> str:
     return np.array2string(a, precision=4, threshold=8, edgeitems=2) if a.ndim else f"{a.item():.6g}"
 
 
+# the names of the returned tuple's parts of the probe being judged (Exercise.returns)
+_RETURNS: contextvars.ContextVar = contextvars.ContextVar("returns", default=())
+
+
 def label(key: str) -> str:
-    """`probe.1.out.0` -> "output[0] of call 2", for messages."""
+    """`probe.1.out.0` -> "output[0] of call 2" ("the `weights` (output[1]) of call 2" where
+    the exercise names what it returns), for messages."""
     parts = key.split(".")
     if len(parts) >= 3 and parts[1].isdigit():
         n, kind, rest = int(parts[1]) + 1, parts[2], parts[3:]
         if kind == "out":
+            names = _RETURNS.get()
+            if rest and rest[0].isdigit() and int(rest[0]) < len(names):
+                sub = f"[{']['.join(rest[1:])}]" if rest[1:] else ""
+                return f"the `{names[int(rest[0])]}{sub}` (output[{']['.join(rest)}]) of call {n}"
             return (f"output[{']['.join(rest)}]" if rest else "the output") + f" of call {n}"
         if kind == "grad":
             return f"the gradient of input {rest[0]} in call {n}"
@@ -656,8 +669,7 @@ GRADER_REASONS = ("not run:", "CheckTimeout:", "KernelDied:", "ChildProcess:")
 
 def judge_probe(p: Probe, want: dict, got: dict) -> str | None:
     """None when the student's captures match the reference's, else what differs."""
-    wc, wm, gc, gm = want["caps"], want["meta"], got["caps"], got["meta"]
-    err = gm.get(f"{p.name}.error")
+    err = got["meta"].get(f"{p.name}.error")
     if err:
         # the grader's own reasons (a loop, a time limit, a process beside the check) are not
         # something the student's code raised: said as they are, without their label
@@ -665,6 +677,15 @@ def judge_probe(p: Probe, want: dict, got: dict) -> str | None:
             if err.startswith(label_):
                 return err[len(label_):].strip()
         return f"your code raised {err}"
+    token = _RETURNS.set(getattr(p, "returns", ()))
+    try:
+        return _judge_probe(p, want, got)
+    finally:
+        _RETURNS.reset(token)
+
+
+def _judge_probe(p: Probe, want: dict, got: dict) -> str | None:
+    wc, wm, gc, gm = want["caps"], want["meta"], got["caps"], got["meta"]
     for key, w in wc.items():
         if not key.startswith(f"{p.name}."):
             continue

@@ -411,7 +411,7 @@ EXERCISES = [
                call(_tokens(1, 12, 1), pad_id=1), call(_tokens(6, 6, 0))],
               what="other batch sizes and lengths, B == L included"),
     ]),
-    Exercise("scaled_dot_product_attention", ref="masks.scaled_dot_product_attention",
+    Exercise("scaled_dot_product_attention", ref="masks.scaled_dot_product_attention", returns=("output", "weights"),
              graded=grades(no_mask=1, masked_weights=2, broadcast=2, fully_masked=2, padding=1,
                            random=(2, 6021)),
              shortcuts=("attention",), diagnose=ATTENTION_DIAGNOSES, probes=[

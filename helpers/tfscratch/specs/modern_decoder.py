@@ -740,7 +740,7 @@ EXERCISES = [
               calls=[call(randn(4, 3, 8, scale=2.0))], params=True,
               what="SwiGLU(8, 14, bias=True) with random weights and biases"),
     ]),
-    Exercise("GroupedQueryAttention", ref="modern_decoder.GroupedQueryAttention",
+    Exercise("GroupedQueryAttention", ref="modern_decoder.GroupedQueryAttention", returns=("output", "cache"),
              graded=grades(structure=1, matches_torch=(3, 1729), cache=(2, 6502), positions=1),
              shortcuts=("attention", "multihead"), diagnose=GQA_DIAGNOSES, probes=[
         Probe("structure", (shapes("structure"),), make=ctor(24, 6, 2),
@@ -785,7 +785,7 @@ EXERCISES = [
                    "tokens as chunks 4 + 2 + 3 through the cache with their positions, and (T,) "
                    "positions shared by every row"),
     ]),
-    Exercise("ModernDecoderLM", ref="modern_decoder.ModernDecoderLM",
+    Exercise("ModernDecoderLM", ref="modern_decoder.ModernDecoderLM", returns=("logits", "cache"),
              graded=grades(structure=2, matches_torch=(3, 8086), cache=(2, 6809)),
              shortcuts=("attention", "multihead", "transformer"), diagnose=LM_DIAGNOSES, probes=[
         Probe("structure", (shapes("structure"),), make=ctor(13, 16, 2, 4, 2, 24),
