@@ -216,3 +216,10 @@ def test_a_class_of_forty_is_compared_quickly():
                                     released=read(NOTEBOOKS / f"{A01}.ipynb"))
     assert len(pairs) == 2 * 4 * (n // 4) * (n // 4 - 1) // 2   # the identical ones, only
     assert time.perf_counter() - t < 5
+
+
+def test_model_answers_are_shown_without_nbgrader_markers():
+    from tfsgrade.copying import without_markers
+    text = "### BEGIN SOLUTION\nThe scores grow with d_k.\n### END SOLUTION\n"
+    assert without_markers(text) == "The scores grow with d_k."
+    assert without_markers("no markers here") == "no markers here"

@@ -106,6 +106,9 @@ def test_fixture_class_feedback_and_report(fixture_class):
     assert (out / "score_histogram.png").read_bytes()[:4] == b"\x89PNG"
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html
+    # a styled page: its own style sheet, tables with a header row, no model answer's markers
+    assert "<style>" in html and "<th>student</th>" in html, html[:600]
+    assert "BEGIN SOLUTION" not in html and "END SOLUTION" not in html
     assert (out / "nbgrader_export.csv").exists()
 
 

@@ -47,6 +47,12 @@ TEXT_THRESHOLD = 0.8   # a classmate's or the model answer: 80 % of the word seq
 EQUAL = 0.9            # "equal" for the notebook count: near-verbatim, a word or two changed
 MIN_WORDS = 10         # shorter answers are not compared (too many honest coincidences)
 MARKER = re.compile(r"^[ \t]*#*[ \t]*(BEGIN|END) SOLUTION\b", re.M)
+_MARKER_LINE = re.compile(r"^[ \t]*#*[ \t]*(BEGIN|END) SOLUTION\b.*(\n|$)", re.M)
+
+
+def without_markers(text: str) -> str:
+    """A model answer as a reader sees it: nbgrader's BEGIN/END SOLUTION lines taken out."""
+    return _MARKER_LINE.sub("", text).strip()
 _WORD = re.compile(r"\w+")
 
 
@@ -95,6 +101,7 @@ def compare_answers(submissions, assignment, *, source, released,
     """Every answered free-text cell against the model answer (source) and every classmate's
     answer to the same question; the pairs at or over `threshold`, most similar first."""
     stubs, model = solutions(released, cell_type="markdown"), solutions(source, cell_type="markdown")
+    model = {q: without_markers(t) for q, t in model.items()}
     questions = list(stubs or model)
     texts = {sid: solutions(nb, questions, cell_type="markdown") for sid, nb in submissions.items()}
     pairs = []

@@ -14,6 +14,7 @@ from . import course, manifest
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
 def pass_rates(root: Path, items, names, db_url=None):
@@ -162,6 +163,8 @@ def _histogram(out: Path, totals: list, max_total: float, n: int) -> Path:
             color="#4c72b0", edgecolor="white")
     ax.set_xlabel(f"total score (out of {max_total:g})")
     ax.set_ylabel("number of students")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))   # whole students, never 0.5
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title("Score distribution")
     fig.tight_layout()
     png = out / "score_histogram.png"
@@ -238,13 +241,28 @@ def _html_line(line: str, img: str) -> str | None:
     return f"<p>{html.escape(line).replace('**', '')}</p>" if line else None
 
 
+STYLE = """<style>
+body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1f2328;
+       max-width: 72rem; margin: 2rem auto; padding: 0 1rem; }
+h1 { font-size: 1.8rem; } h2 { font-size: 1.35rem; margin-top: 2rem; border-bottom: 1px solid #d0d7de; }
+h3 { font-size: 1.1rem; }
+table { border-collapse: collapse; margin: .5rem 0 1rem; }
+th, td { border: 1px solid #d0d7de; padding: .25rem .6rem; text-align: left; vertical-align: top; }
+th { background: #f6f8fa; } tr:nth-child(even) td { background: #fafbfc; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 0; }
+img { max-width: 100%; }
+</style>"""
+
+
 def _write_html(out: Path, md: list[str], png: Path) -> None:
     img = base64.b64encode(png.read_bytes()).decode()
     page, in_table = [], False
     for b in filter(None, (_html_line(line, img) for line in md)):
         if b.startswith("<tr>") != in_table:     # a table starts or ends here
-            page.append("<table border=1 cellspacing=0 cellpadding=4>" if not in_table else "</table>")
+            page.append("<table>" if not in_table else "</table>")
             in_table = not in_table
+            if in_table:                         # its first row is the header
+                b = b.replace("<td>", "<th>").replace("</td>", "</th>")
         page.append(b)
     if in_table:
         page.append("</table>")
@@ -253,7 +271,8 @@ def _write_html(out: Path, md: list[str], png: Path) -> None:
         text = sim.read_text(encoding="utf-8")
         page.append(text[text.find("<body>") + 6:text.rfind("</body>")] if "<body>" in text else text)
     (out / "report.html").write_text(
-        "<!doctype html><html><head><meta charset='utf-8'><title>Class report</title></head><body>"
+        "<!doctype html><html><head><meta charset='utf-8'><title>Class report</title>" + STYLE
+        + "</head><body>"
         + "\n".join(page) + "</body></html>\n")
 
 
