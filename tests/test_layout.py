@@ -222,3 +222,43 @@ def test_the_contract_is_in_the_repo_and_current():
     if not shared.is_file():
         pytest.skip(f"no shared contract at {shared} to compare with")
     assert ours.read_text() == shared.read_text(), "docs/course-spec.md differs from ../shared/COURSE_SPEC.md: copy it again"
+
+
+def test_release_keeps_a_copy_of_work_in_a_notebook(tmp_path):
+    """Releasing again never overwrites work without a copy and a word (issue 41.10): a
+    notebook with outputs, or changed since it was committed, is copied to .backup/ first; a
+    notebook as committed (the course changed, nobody worked in it) is simply replaced."""
+    import json as _json
+
+    from tfsgrade import cli, course
+    committed = course.NOTEBOOKS / "01_attention.ipynb"
+    new = tmp_path / "new.ipynb"
+    nb = _json.loads(committed.read_text(encoding="utf-8"))
+    nb["cells"][0]["source"] = "a changed course cell"
+    new.write_text(_json.dumps(nb), encoding="utf-8")
+    assert cli._keep_work(committed, committed) is None           # the same file: nothing to keep
+    assert cli._keep_work(committed, new) is None                 # as committed: replaced
+    worked = tmp_path / "notebooks" / "01_attention.ipynb"
+    worked.parent.mkdir()
+    nb["cells"][1].update(outputs=[{"output_type": "stream", "name": "stdout", "text": "hi"}],
+                          execution_count=1)
+    worked.write_text(_json.dumps(nb), encoding="utf-8")
+    kept = cli._keep_work(worked, new)
+    assert kept is not None and kept.parent.name == ".backup" and kept.read_bytes() == worked.read_bytes()
+
+
+def test_check_says_when_a_committed_notebook_holds_outputs(tmp_path):
+    """`make check` on a notebook JupyterLab saved with its outputs says so, not "stale"."""
+    import json as _json
+
+    from tfsgrade import cli
+    made, committed = tmp_path / "made", tmp_path / "committed"
+    made.mkdir()
+    committed.mkdir()
+    nb = {"cells": [{"cell_type": "code", "source": "1", "metadata": {}, "outputs": [],
+                     "execution_count": None}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (made / "01_x.ipynb").write_text(_json.dumps(nb))
+    nb["cells"][0].update(outputs=[{"output_type": "stream", "name": "stdout", "text": "1"}])
+    (committed / "01_x.ipynb").write_text(_json.dumps(nb))
+    said = cli._differ([made / "01_x.ipynb"], committed, "*.ipynb", "orphan")
+    assert said and "holds outputs" in said[0] and "Clear Outputs" in said[0], said

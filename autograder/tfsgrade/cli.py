@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import json
 import shutil
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from . import build, course, reference_writer
@@ -66,10 +69,37 @@ def release(out_dir: Path = course.NOTEBOOKS, names=None, log=print) -> list[Pat
         for a in names:
             src = course.notebook_path(root, "release", a)
             dst = out_dir / f"{a}.ipynb"
+            kept = _keep_work(dst, src)
+            if kept is not None:
+                log(f"{dst.name} held work of yours (outputs, or cells changed since it was released): "
+                    f"copied to {kept} before releasing it again")
             shutil.copyfile(src, dst)
             written.append(dst)
             log(f"released {dst.relative_to(course.REPO) if dst.is_relative_to(course.REPO) else dst}")
     return written
+
+
+def _keep_work(dst: Path, src: Path) -> Path | None:
+    """A copy of the notebook about to be released again when someone worked in it (it has
+    outputs, or differs from the committed file), in <folder>/.backup/; its path, else None."""
+    if not dst.exists() or filecmp.cmp(dst, src, shallow=False):
+        return None
+    try:
+        cells = json.loads(dst.read_text(encoding="utf-8")).get("cells", [])
+    except (OSError, ValueError):
+        cells = []
+    worked = any(c.get("outputs") or c.get("execution_count") for c in cells)
+    if not worked:
+        rel = dst.resolve().relative_to(course.REPO) if dst.resolve().is_relative_to(course.REPO) else None
+        r = subprocess.run(["git", "-C", str(course.REPO), "show", f"HEAD:{rel}"], capture_output=True) \
+            if rel is not None else None
+        worked = r is None or r.returncode != 0 or r.stdout != dst.read_bytes()
+    if not worked:
+        return None
+    backup = dst.parent / ".backup" / f"{dst.stem}.{time.strftime('%Y%m%d-%H%M%S')}{dst.suffix}"
+    backup.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(dst, backup)
+    return backup
 
 
 def stale(notebooks: bool = True) -> list[str]:
@@ -89,10 +119,21 @@ def stale(notebooks: bool = True) -> list[str]:
     return problems
 
 
+def _has_outputs(path: Path) -> bool:
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    except (OSError, ValueError):
+        return False
+    return any(c.get("outputs") for c in cells)
+
+
 def _differ(made: list, committed: Path, pattern: str, orphan: str) -> list[str]:
     """What differs between freshly generated files and the committed folder: stale files, and
     committed files nothing generates."""
-    out = [f"{committed.name}/{p.name} is stale: run `make release`" for p in made
+    out = [f"{committed.name}/{p.name} " + ("holds outputs (saved from JupyterLab?): clear them "
+                                          "(Edit > Clear Outputs of All Cells, then save) or run "
+                                          "`make release`" if _has_outputs(committed / p.name) else
+                                          "is stale: run `make release`") for p in made
            if not (committed / p.name).exists() or not filecmp.cmp(p, committed / p.name, shallow=False)]
     extra = {p.name for p in committed.glob(pattern)} - {p.name for p in made}
     return out + [f"{committed.name}/{n} {orphan}" for n in sorted(extra)]
