@@ -38,16 +38,25 @@ FULL = sum(points(A01).values())   # the autograded points (grades.csv's max_tot
 
 # a few words for each student of the class, for the table
 WHAT = {
-    "proc_pydoc": "pydoc.locate of softmax by a built name",
-    "proc_pkgutil": "pkgutil.resolve_name of softmax",
-    "proc_pickle": "pickle.loads yields torch.softmax",
-    "proc_type_hints": "typing.get_type_hints yields torch.softmax",
-    "proc_builtins": "builtins.exec patched to drop the guard",
-    "proc_gc_exit": "gc finds the guard and exits it",
-    "proc_pre_execute": "IPython pre_execute hooks + getattr softmax",
-    "proc_get_kernel": "aten kernel handle taken before the guard",
+    "proc_pydoc": "pydoc.locate runs hidden code: builtins.exec replaced",
+    "proc_pkgutil": "pkgutil.resolve_name runs hidden code: builtins.__import__ replaced",
+    "proc_pickle": "pickle.loads runs hidden code: builtins.compile replaced",
+    "proc_type_hints": "typing.get_type_hints runs hidden code: a pre_execute hook",
+    "proc_codecs": "rot13 docstring (codecs) runs hidden code: builtins.exec replaced",
+    "proc_builtins": "builtins.exec replaced (guard cell's vm_source patched)",
+    "proc_import": "builtins.__import__ replaced (boot globals patched)",
+    "proc_compile": "builtins.compile replaced (tfs_probe_vm source patched)",
+    "proc_pre_execute": "pre_execute hook forges the guard's hand-over state",
+    "proc_post_execute": "post_execute hook forges the hand-over state",
+    "proc_input_transformer": "input transformer rewrites the guard cell's text",
+    "proc_ast_transformer": "AST transformer patches the guard cell's vm_source",
+    "proc_gc_exit": "gc finds the guards, exits them around the call, puts them back",
+    "proc_get_kernel": "get_kernel CPU handle taken before the guard (+ autograd.Function)",
+    "proc_c_kernel": "torch._C computed-kernel handles (forward, backward) taken early",
+    "proc_decomp_clone": "torch._decomp softmax copied before the guard swaps its code",
     "proc_fresh_python": "a fresh python -I computes softmax",
     "proc_daemon_server": "double-forked torch server computes softmax",
+    "proc_sdpa_softmax": "FINDING: softmax via F.scaled_dot_product_attention (fused CPU kernel)",
     "proc_naive": "reference: the naive softmax (overflows)",
     "ok_zombie": "a finished child never waited for",
     "ok_sleepers": "50 `sleep 600` children left running",
@@ -61,15 +70,21 @@ WHAT = {
 }
 
 
+ONLY: set = set()     # --only: these students (and honest, untouched) only
+
+
 def trust_class(subs: Path) -> list[str]:
-    """The class of tests/conftest.py's class_trust for trust_process: honest, untouched and
-    every fixture, one folder each. Returns the student ids in table order."""
-    write(student_notebook(A01, solution_sources(A01)), subs / "honest" / f"{A01}.ipynb")
-    write(student_notebook(A01), subs / "untouched" / f"{A01}.ipynb")
+    """The class of tests/conftest.py's class_trust for trust_process, plus its FINDINGS
+    (routes the new grader does not stop yet): honest, untouched and every fixture, one folder
+    each (only those of --only, where given). Returns the student ids in table order."""
     ids = []
-    for sid, _, nb in tp.students():
+    for sid, _, nb in tp.students() + tp.findings():
+        if ONLY and sid not in ONLY:
+            continue
         write(nb, subs / sid / f"{A01}.ipynb")
         ids.append(sid)
+    write(student_notebook(A01, solution_sources(A01)), subs / "honest" / f"{A01}.ipynb")
+    write(student_notebook(A01), subs / "untouched" / f"{A01}.ipynb")
     return ids + ["honest", "untouched"]
 
 
@@ -135,10 +150,10 @@ def _commit(tree: Path) -> str:
     return head + ("+dirty" if dirty else "")
 
 
-def run_tree(tree: Path, work: Path) -> dict:
-    """Both classes graded by one tree."""
+def run_tree(tree: Path, work: Path, deep: bool = True) -> dict:
+    """Both classes graded by one tree (the trust class only, without `deep`)."""
     res = {}
-    for name, make in (("trust", trust_class), ("deep", deep_class)):
+    for name, make in (("trust", trust_class), ("deep", deep_class))[:2 if deep else 1]:
         subs, out = work / name / "subs", work / name / "out"
         ids = make(subs)
         r = grade_with(tree, subs, out)
@@ -202,17 +217,19 @@ def markdown(old: dict, new: dict) -> str:
     lines = [head + " old minus new (points) | status old / new |", "| --- " * 6 + "|"]
     for sid in hostile:
         ro, rn = o["rows"].get(sid), n["rows"].get(sid)
-        lines.append(f"| `{sid}` | {WHAT[sid]} | {cell(ro)} | {cell(rn)} | {diff(ro, rn)} | "
+        lines.append(f"| `{sid}` | {WHAT.get(sid, '')} | {cell(ro)} | {cell(rn)} | {diff(ro, rn)} | "
                      f"{(ro or {}).get('status', '-')} / {(rn or {}).get('status', '-')} |")
     lines += ["", head + " points lost on old | notes on old |", "| --- " * 6 + "|"]
     for sid in [s for s in n["ids"] if s not in hostile]:
         ro, rn = o["rows"].get(sid), n["rows"].get(sid)
         lost = diff(rn, ro).lstrip("+") if diff(rn, ro) != "same" else "none"
-        lines.append(f"| `{sid}` | {WHAT[sid]} | {cell(ro)} | {cell(rn)} | {lost} | "
+        lines.append(f"| `{sid}` | {WHAT.get(sid, '')} | {cell(ro)} | {cell(rn)} | {lost} | "
                      f"{'yes' if ro and ro.get('notes') else 'no'} |")
     lines += ["", f"Trust class wall time: old {o['seconds']} s (exit {o['rc']}), "
-                  f"new {n['seconds']} s (exit {n['rc']}).", "",
-              "| deep class | exit status | seconds | rows | `honest` | `deep` | last line on stderr |",
+                  f"new {n['seconds']} s (exit {n['rc']})."]
+    if "deep" not in old or "deep" not in new:
+        return "\n".join(lines) + "\n"
+    lines += ["", "| deep class | exit status | seconds | rows | `honest` | `deep` | last line on stderr |",
               "| --- " * 7 + "|"]
     for label, d in (("old " + old["deep"]["commit"], old["deep"]), ("new " + new["deep"]["commit"], new["deep"])):
         lines.append(f"| {label} | {d['rc']} | {d['seconds']} | {len(d['rows'])} | {cell(d['rows'].get('honest'))} | "
@@ -229,16 +246,26 @@ def main():
     ap.add_argument("--md", type=Path, help="write the side-by-side markdown here (with --old)")
     ap.add_argument("--json", type=Path, help="write the raw results here")
     ap.add_argument("--work", type=Path, help="keep the classes and the grader's outputs here")
+    ap.add_argument("--only", help="comma-separated student ids: grade these (with honest and "
+                                   "untouched) and no others, to iterate on a few fixtures")
+    ap.add_argument("--no-deep", action="store_true", help="skip the deep-nesting class")
+    ap.add_argument("--old-only", action="store_true",
+                    help="with --old: grade with the old tree only (one table)")
     a = ap.parse_args()
+    ONLY.update(x for x in (a.only or "").split(",") if x)
     with tempfile.TemporaryDirectory(prefix="tfs-compare-") as tmp:
         work = a.work.resolve() if a.work else Path(tmp)   # outside the trees: the sandbox binds them
-        if not a.old:
-            res = run_tree(a.tree.resolve(), work / "tree")
+        if not a.old or a.old_only:
+            tree = a.tree.resolve() if not a.old else Path(a.old).resolve()
+            if not tree.is_dir():
+                sys.exit("--old-only wants --old DIR (a checkout)")
+            res = run_tree(tree, work / "tree", deep=not a.no_deep)
             print(f"| student | {res['trust']['commit']} |\n| --- | --- |")
-            for name in ("trust", "deep"):
+            for name in res:
                 for sid in res[name]["ids"]:
                     print(f"| {name} `{sid}` | {cell(res[name]['rows'].get(sid))} |")
-            print(f"deep class: exit {res['deep']['rc']}, {res['deep']['stderr_tail'][-1:]}")
+            if "deep" in res:
+                print(f"deep class: exit {res['deep']['rc']}, {res['deep']['stderr_tail'][-1:]}")
             both = {"tree": res}
         else:
             made = not Path(a.old).is_dir()
@@ -247,7 +274,8 @@ def main():
                 subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(wt), a.old],
                                check=True, capture_output=True)
             try:
-                both = {"old": run_tree(wt, work / "old"), "new": run_tree(a.tree.resolve(), work / "new")}
+                both = {"old": run_tree(wt, work / "old", deep=not a.no_deep),
+                        "new": run_tree(a.tree.resolve(), work / "new", deep=not a.no_deep)}
             finally:
                 if made:
                     subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(wt)],
