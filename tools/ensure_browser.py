@@ -14,8 +14,19 @@ import apt
 
 CANDIDATES = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable"]
 # Without the recommends (upower, printers, notification daemon ...): Chromium and the fonts
-# the screenshots need. --no-install-recommends saves minutes and hundreds of MB.
-PACKAGES = ["chromium", "fonts-liberation", "fonts-dejavu-core"]
+# the screenshots need (a CJK font too: notebook 11 prints Chinese, which Chromium would
+# otherwise draw as empty boxes). --no-install-recommends saves minutes and hundreds of MB.
+CJK_FONT = "fonts-wqy-microhei"
+PACKAGES = ["chromium", "fonts-liberation", "fonts-dejavu-core", CJK_FONT]
+
+
+def has_cjk_font() -> bool:
+    """fontconfig knows a font that covers Chinese."""
+    try:
+        r = subprocess.run(["fc-list", ":lang=zh", "family"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return bool(r.stdout.strip())
 
 
 def found():
@@ -37,6 +48,9 @@ def works(path):
 def main():
     path = found()
     if path:
+        if not has_cjk_font() and apt.may_install("ensure_browser", "a CJK font", "TFS_NO_BROWSER_INSTALL",
+                                                  [CJK_FONT], ""):
+            apt.install("ensure_browser", [CJK_FONT])
         if works(path):
             return 0
         print(f"ensure_browser: {path} is there but does not start", file=sys.stderr)

@@ -209,3 +209,27 @@ def test_wrong_solution_shows_one_box_naming_the_mistake(runs):
     assert not frames, f"outputs show the course's own frames: {frames[:3]} {run.where()}"
     table = run.notebook.cell_text(len(run.cells) - 1)
     assert "failed" in table and "test_softmax_rows" in table, table[:800]
+
+
+CJK_JS = """() => {
+  const out = document.querySelector('.jp-OutputArea-output pre') || document.body;
+  const family = getComputedStyle(out).fontFamily;
+  const c = document.createElement('canvas'); c.width = c.height = 48;
+  const x = c.getContext('2d');
+  const draw = (ch) => { x.clearRect(0, 0, 48, 48); x.font = `36px ${family}`;
+                         x.fillText(ch, 4, 40); return x.getImageData(0, 0, 48, 48).data.join(','); };
+  const tofu = draw('\\uE000'), blank = draw(' ');
+  return ['床', '前', '月'].map(ch => { const d = draw(ch); return {ch, drawn: d !== tofu && d !== blank}; });
+}"""
+
+
+@pytest.mark.parametrize("nb", [n for n in NOTEBOOKS if n.kind == "solution" and n.name == "11_tokenizer"],
+                         ids=lambda n: str(n))
+def test_chinese_is_drawn_not_boxes(runs, nb):
+    """Notebook 11 prints Chinese text: the page draws its glyphs (a CJK font is installed with
+    Chromium, tools/ensure_browser.py), not the empty boxes of a missing font."""
+    run = runs.get(nb)
+    assert any("床" in (o.get("text") or "") for c in run.cells for o in c.outputs), \
+        f"{nb}: no output prints 床 any more; pick another glyph {run.where()}"
+    drawn = run.notebook.page.evaluate(CJK_JS)
+    assert all(d["drawn"] for d in drawn), f"{nb}: CJK glyphs drawn as boxes: {drawn} {run.where()}"
