@@ -37,17 +37,18 @@ corpora: $(STAMP)
 
 # The student's lab: warnings and the address only; the instructor's nbgrader parts (formgrader,
 # course list, exchange) are off here: `make formgrader` serves the formgrader on a graded course.
-LAB_QUIET := --log-level=WARN --LabApp.log_level=WARN \
+LAB_QUIET := --log-level=WARN --LabApp.log_level=WARN --ServerApp.log_format='%(message)s' \
+	--LabApp.app_settings_dir=$(CURDIR)/tools/lab \
 	--ServerApp.jpserver_extensions="{'nbgrader.server_extensions.formgrader': False, \
 	'nbgrader.server_extensions.course_list': False, 'nbgrader.server_extensions.assignment_list': False}"
 
 lab: $(STAMP)
 	@$(PY) tools/ensure_corpora.py > /dev/null || echo "corpora: using the shipped excerpts (see above)"
-	@echo "JupyterLab on the course: open the address below, then notebooks/01_attention.ipynb"
-	@$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --port=$(PORT) $(LAB_QUIET) \
+	@echo "JupyterLab on the course's notebooks: open the address below, then 01_attention.ipynb"
+	@$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR)/notebooks --port=$(PORT) $(LAB_QUIET) \
 		$(if $(NO_BROWSER),--no-browser --ServerApp.ip=127.0.0.1,) \
 		$(if $(filter 0,$(shell id -u)),--allow-root,) \
-		--ServerApp.default_url=/lab/tree/notebooks
+		--ServerApp.default_url=/lab/tree/01_attention.ipynb
 
 test: $(STAMP)
 	$(PY) tools/ensure_browser.py || true

@@ -84,3 +84,67 @@ def test_nbgrader_server_extensions_loaded(lab):
     # the formgrader's HTTP handler answers
     r = requests.get(f"{base}/formgrader", params={"token": token}, timeout=60)
     assert r.status_code == 200
+
+
+@pytest.fixture(scope="module")
+def student_lab(tmp_path_factory):
+    """JupyterLab exactly as `make lab` starts it (NO_BROWSER=1), on a free port; the token
+    is read from the address it prints, as a student would."""
+    import re
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "JUPYTER_TOKEN"}
+    env["JUPYTER_RUNTIME_DIR"] = str(tmp_path_factory.mktemp("rt"))
+    log = tmp_path_factory.mktemp("student_lab") / "lab.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(["make", "-s", "lab", "NO_BROWSER=1", f"PORT={port}"], cwd=REPO, env=env,
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        token = None
+        for _ in range(240):
+            found = re.search(rf"^\s*{re.escape(base)}/lab\?token=(\w+)", log.read_text(), re.M)
+            token = found.group(1) if found else None
+            try:
+                if token and requests.get(f"{base}/api/status", params={"token": token}, timeout=2).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            if proc.poll() is not None:
+                pytest.fail(f"make lab exited early:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"make lab printed no address that answers within 120 s:\n{log.read_text()[-3000:]}")
+        yield base, token, log
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_make_lab_lands_in_the_notebooks_without_the_instructors_parts(student_lab):
+    """Issue 41.6: the student sees the course's notebooks (not solutions/, tests/, the
+    grader), no Create Assignment panel, nbgrader menu or news prompt (the Validate button
+    stays), no formgrader, and the address printed plainly."""
+    base, token, log = student_lab
+    root = requests.get(f"{base}/api/contents/", params={"token": token}, timeout=30).json()
+    names = {c["name"] for c in root["content"]}
+    assert "01_attention.ipynb" in names and not names & {"solutions", "tests", "autograder"}, names
+    import json
+    import re
+    page = requests.get(f"{base}/lab", params={"token": token}, timeout=30).text
+    config = json.loads(re.search(r'id="jupyter-config-data"[^>]*>(.*?)</script>', page, re.S).group(1))
+    off = set(config.get("disabledExtensions") or [])
+    assert {"@jupyter/nbgrader:create-assignment", "@jupyter/nbgrader:menu",
+            "@jupyterlab/apputils-extension:announcements"} <= off, off
+    assert "@jupyter/nbgrader:validate-assignment" not in off
+    settings = requests.get(f"{base}/lab/api/settings/@jupyterlab/apputils-extension:notification",
+                            params={"token": token}, timeout=30).json()
+    news = settings["schema"]["properties"]["fetchNews"]     # overrides.json: the default is "Never"
+    assert news["default"] == "false" and "fetchNews" not in settings["settings"], news
+    assert requests.get(f"{base}/formgrader", params={"token": token}, timeout=30).status_code == 404
+    text = log.read_text()
+    url = next(ln for ln in text.splitlines() if f"{base}/lab?token=" in ln)
+    assert url.strip().startswith("http"), text[-1500:]     # plainly, no "[C ...]" log tag
