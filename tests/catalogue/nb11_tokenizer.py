@@ -8,7 +8,7 @@ import re
 from . import REPO, Mistake, Variant
 
 ASSIGNMENT = "11_tokenizer"
-EXERCISES = ["train_bpe", "Tokenizer"]
+EXERCISES = ["train_bpe", "Tokenizer", "bytes_to_unicode", "to_gpt2_format", "from_gpt2_format"]
 
 
 def _solution(name):
@@ -19,6 +19,14 @@ def _solution(name):
 
 
 HEAP, TOK = _solution("train_bpe"), _solution("Tokenizer")
+B2U, SAVE, LOAD = _solution("bytes_to_unicode"), _solution("to_gpt2_format"), _solution("from_gpt2_format")
+_PRINTABLE = ('printable = set(range(ord("!"), ord("~") + 1)) | set(range(ord("¡"), ord("¬") + 1)) | '
+              'set(range(ord("®"), ord("ÿ") + 1))')
+_NTH = "out[b] = chr(256 + n)  # the n-th byte that is not printable"
+_SPELL = "vocab_json = json.dumps({spell(b): i for i, b in vocab.items()}, ensure_ascii=False)"
+_MERGES_OUT = 'merges_txt = "#version: 0.2\\n" + "".join(f"{spell(a)} {spell(b)}\\n" for a, b in merges)'
+_LINES = 'lines = [ln for ln in merges_txt.split("\\n") if ln and not ln.startswith("#version")]'
+_RAW = "return bytes(u2b[c] for c in s)"
 
 
 def _edit(code, *swaps):
@@ -224,7 +232,84 @@ MISTAKES = [
             yield from self.encode(buffer)''', "")),
 ]
 
+MISTAKES += [
+    Mistake("bytes_to_unicode", "every byte mapped to chr(b) (no remapping)", r"maps to chr\(b\)",
+            _edit(B2U, _NTH, "out[b] = chr(b)")),
+    Mistake("bytes_to_unicode", "the other bytes numbered from chr(0)", r"chr\(0\), chr\(1\)",
+            _edit(B2U, _NTH, "out[b] = chr(n)")),
+    Mistake("bytes_to_unicode", "chr(256 + b) instead of chr(256 + n)", r"chr\(256 \+ b\)",
+            _edit(B2U, _NTH, "out[b] = chr(256 + b)")),
+    Mistake("bytes_to_unicode", "the printable ranges without their last byte (range end exclusive)",
+            r"lost its last byte",
+            _edit(B2U, _PRINTABLE, 'printable = set(range(ord("!"), ord("~"))) | set(range(ord("¡"), ord("¬"))) | '
+                  'set(range(ord("®"), ord("ÿ")))')),
+    Mistake("bytes_to_unicode", "the soft hyphen (0xad) kept: one range from ¡ to ÿ", r"soft hyphen",
+            _edit(B2U, _PRINTABLE, 'printable = set(range(ord("!"), ord("~") + 1)) | set(range(ord("¡"), ord("ÿ") + 1))')),
+    Mistake("bytes_to_unicode", "the inverse map returned ({character: byte})", r"the inverse",
+            _edit(B2U, "    return out\n", "    return {c: b for b, c in out.items()}\n")),
+
+    Mistake("to_gpt2_format", "vocab.json written as {id: token}", r"not the id to the\s+token",
+            _edit(SAVE, _SPELL, "vocab_json = json.dumps({i: spell(b) for i, b in vocab.items()}, ensure_ascii=False)")),
+    Mistake("to_gpt2_format", "tokens written as UTF-8 text (decode with errors='replace')",
+            r"not spelled with bytes_to_unicode",
+            _edit(SAVE, 'return "".join(b2u[x] for x in b)', 'return b.decode("utf-8", errors="replace")')),
+    Mistake("to_gpt2_format", "tokens written as latin-1 text (a space stays a space)",
+            r"not spelled with bytes_to_unicode",
+            _edit(SAVE, 'return "".join(b2u[x] for x in b)', 'return b.decode("latin-1")')),
+    Mistake("to_gpt2_format", "merges.txt without its #version line", r"#version",
+            _edit(SAVE, 'merges_txt = "#version: 0.2\\n" + ', "merges_txt = ")),
+    Mistake("to_gpt2_format", "the merges written sorted, not in merge order", r"merge order",
+            _edit(SAVE, "for a, b in merges)", "for a, b in sorted(merges))")),
+    Mistake("to_gpt2_format", "the special tokens left out of vocab.json", r"lacks entries",
+            _edit(SAVE, "for i, b in vocab.items()}", 'for i, b in vocab.items() if not b.startswith(b"<|")}')),
+
+    Mistake("from_gpt2_format", "the #version line read as a merge", r"#version",
+            _edit(LOAD, _LINES, 'lines = [ln for ln in merges_txt.split("\\n") if ln]')),
+    Mistake("from_gpt2_format", "lines split with split(' ') on the whole text's lines kept with their newline",
+            r"newline",
+            _edit(LOAD, _LINES, 'lines = [ln for ln in merges_txt.splitlines(keepends=True) if ln.strip() and not ln.startswith("#version")]')),
+    Mistake("from_gpt2_format", "tokens read back as UTF-8 (str.encode) instead of the inverse map",
+            r"read back as UTF-8",
+            _edit(LOAD, _RAW, 'return s.encode("utf-8")')),
+    Mistake("from_gpt2_format", "vocab.json returned as it is ({string: id})", r"\{id: bytes\}",
+            _edit(LOAD, "vocab = {i: raw(s) for s, i in json.loads(vocab_json).items()}", "vocab = json.loads(vocab_json)")),
+    Mistake("from_gpt2_format", "the merges collected in a set and sorted", r"file's order",
+            _edit(LOAD, "return vocab, merges", "return vocab, sorted(set(merges))")),
+    Mistake("from_gpt2_format", "tokens read back as latin-1 (ord of each character)", r"other bytes than were written",
+            _edit(LOAD, _RAW, "return bytes(ord(c) % 256 for c in s)")),
+]
+
 VARIANTS = [
+    Variant("bytes_to_unicode", "GPT-2's own construction: two lists zipped",
+            "def bytes_to_unicode():\n"
+            "    bs = list(range(ord('!'), ord('~') + 1)) + list(range(ord('¡'), ord('¬') + 1)) + list(range(ord('®'), ord('ÿ') + 1))\n"
+            "    cs = bs[:]\n    n = 0\n    for b in range(256):\n        if b not in bs:\n"
+            "            bs.append(b)\n            cs.append(256 + n)\n            n += 1\n"
+            "    return dict(zip(bs, [chr(c) for c in cs]))\n"),
+    Variant("bytes_to_unicode", "str.isprintable on latin-1 characters, the space and 0xad excluded",
+            "def bytes_to_unicode():\n    out, n = {}, 0\n    for b in range(256):\n"
+            "        c = chr(b)\n        if c.isprintable() and c != ' ' and b != 0xAD:\n            out[b] = c\n"
+            "        else:\n            out[b] = chr(256 + n)\n            n += 1\n    return out\n"),
+    Variant("bytes_to_unicode", "a counter from itertools", _edit(
+        B2U, "    out, n = {}, 0\n", "    import itertools\n    out, fresh = {}, itertools.count(256)\n",
+        "            " + _NTH + "\n            n += 1\n", "            out[b] = chr(next(fresh))\n")),
+
+
+    Variant("to_gpt2_format", "json with ASCII escapes (ensure_ascii left on)",
+            _edit(SAVE, _SPELL, "vocab_json = json.dumps({spell(b): i for i, b in vocab.items()})")),
+    Variant("to_gpt2_format", "the lines of merges.txt joined, sorted by id in vocab.json", _edit(
+        SAVE, _MERGES_OUT, 'merges_txt = "\\n".join(["#version: 0.2"] + [spell(a) + " " + spell(b) for a, b in merges]) + "\\n"',
+        "for i, b in vocab.items()}", "for i, b in sorted(vocab.items())}")),
+    Variant("to_gpt2_format", "str.translate with a table of the 256 bytes", _edit(
+        SAVE, 'return "".join(b2u[x] for x in b)', 'return b.decode("latin-1").translate(b2u)')),
+
+    Variant("from_gpt2_format", "line.split() (tokens never hold a space)", _edit(
+        LOAD, '(ln.split(" ") for ln in lines)', "(ln.split() for ln in lines)")),
+    Variant("from_gpt2_format", "splitlines, the first line dropped", _edit(
+        LOAD, _LINES, "lines = [ln for ln in merges_txt.splitlines()[1:] if ln]")),
+    Variant("from_gpt2_format", "the vocabulary sorted by id", _edit(
+        LOAD, "vocab = {i: raw(s) for s, i in json.loads(vocab_json).items()}",
+        "vocab = {i: raw(s) for s, i in sorted(json.loads(vocab_json).items(), key=lambda kv: kv[1])}")),
     Variant("train_bpe", "a fresh count of every pair before each merge (slow, but right)", _RECOUNT),
     Variant("train_bpe", "the best pair by a max over the counts, no heap", TRAIN),
     Variant("train_bpe", "the best pair by sorting the counts",

@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 
 import regex
 
-__all__ = ["train_bpe", "Tokenizer"]
+__all__ = ["train_bpe", "Tokenizer", "bytes_to_unicode", "to_gpt2_format", "from_gpt2_format"]
 
 
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -157,3 +157,43 @@ class Tokenizer:
                 buffer = buffer[cut:]
         if buffer:
             yield from self.encode(buffer)
+
+
+def bytes_to_unicode():
+    """GPT-2's map {byte: printable character}: printable bytes stay, the rest go to U+0100 on."""
+    printable = set(range(ord("!"), ord("~") + 1)) | set(range(ord("¡"), ord("¬") + 1)) | set(range(ord("®"), ord("ÿ") + 1))
+    out, n = {}, 0
+    for b in range(256):
+        if b in printable:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + n)  # the n-th byte that is not printable
+            n += 1
+    return out
+
+
+def to_gpt2_format(vocab, merges):
+    """(vocab.json text, merges.txt text) of vocab {id: bytes} and merges, in GPT-2's format."""
+    import json
+    b2u = bytes_to_unicode()
+
+    def spell(b):
+        return "".join(b2u[x] for x in b)
+
+    vocab_json = json.dumps({spell(b): i for i, b in vocab.items()}, ensure_ascii=False)
+    merges_txt = "#version: 0.2\n" + "".join(f"{spell(a)} {spell(b)}\n" for a, b in merges)
+    return vocab_json, merges_txt
+
+
+def from_gpt2_format(vocab_json, merges_txt):
+    """(vocab {id: bytes}, merges [(bytes, bytes)]) from GPT-2-format vocab.json and merges.txt text."""
+    import json
+    u2b = {c: b for b, c in bytes_to_unicode().items()}
+
+    def raw(s):
+        return bytes(u2b[c] for c in s)
+
+    vocab = {i: raw(s) for s, i in json.loads(vocab_json).items()}
+    lines = [ln for ln in merges_txt.split("\n") if ln and not ln.startswith("#version")]
+    merges = [(raw(a), raw(b)) for a, b in (ln.split(" ") for ln in lines)]
+    return vocab, merges

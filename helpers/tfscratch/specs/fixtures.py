@@ -425,6 +425,50 @@ def drive_flash_backward(cls, q, k, v, grad_out, block_size, causal):
     return out.detach(), q.grad, k.grad, v.grad, torch.tensor(sum(saved))
 
 
-DRIVERS = {"optimizer": drive_optimizer, "clip": drive_clip, "schedule": drive_schedule,
+# -- notebook 11's tokenizer format ------------------------------------------------------------
+
+def gpt2_byte_map() -> dict:
+    """GPT-2's {byte: printable character}, written here from its definition: bytes 33-126,
+    161-172 and 174-255 stand for themselves, the other 68 take U+0100 on in byte order."""
+    keep = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    extra = [b for b in range(256) if b not in keep]
+    return {**{b: chr(b) for b in keep}, **{b: chr(256 + i) for i, b in enumerate(extra)}}
+
+
+def drive_b2u(fn):
+    """fn() -> {byte: str}: the code point each byte maps to (-1 where no 1-character str)."""
+    m = fn()
+    chars = [ord(m[b]) if isinstance(m.get(b), str) and len(m[b]) == 1 else -1 for b in range(256)]
+    return {"chars": torch.tensor(chars), "int_keys": all(isinstance(k, int) for k in m),
+            "size": torch.tensor(len(m))}
+
+
+def drive_tok_save(fn, vocab, merges):
+    """fn(vocab, merges) -> (vocab.json text, merges.txt text); read back here by GPT-2's format:
+    the vocabulary {id: bytes}, the merges in the file's order, whether the #version line leads."""
+    import json
+    vocab_json, merges_txt = fn(vocab, merges)
+    enc, lines = json.loads(vocab_json), merges_txt.split("\n")
+    u2b = {c: b for b, c in gpt2_byte_map().items()}
+    header = bool(lines) and lines[0].startswith("#version")
+    body = [ln for ln in lines[1 if header else 0:] if ln]
+    return {"vocab": {int(i): bytes(u2b[c] for c in s) for s, i in enc.items()},
+            "merges": [tuple(bytes(u2b[c] for c in t) for t in ln.split(" ")) for ln in body],
+            "header": header}
+
+
+def drive_tok_load(fn, vocab, merges):
+    """GPT-2-format texts written here; fn(vocab_json, merges_txt) -> (vocab, merges)."""
+    import json
+    b2u = gpt2_byte_map()
+    spell = lambda b: "".join(b2u[x] for x in b)   # noqa: E731
+    vocab_json = json.dumps({spell(b): i for i, b in vocab.items()}, ensure_ascii=False)
+    merges_txt = "#version: 0.2\n" + "".join(f"{spell(a)} {spell(b)}\n" for a, b in merges)
+    v, m = fn(vocab_json, merges_txt)
+    return {"vocab": dict(v), "merges": [tuple(p) for p in m]}
+
+
+DRIVERS = {"b2u": drive_b2u, "tok_save": drive_tok_save, "tok_load": drive_tok_load,
+           "optimizer": drive_optimizer, "clip": drive_clip, "schedule": drive_schedule,
            "save": drive_save, "load": drive_load, "evaluate": drive_evaluate,
            "batch": drive_batch, "flash_backward": drive_flash_backward}

@@ -655,6 +655,142 @@ TOKENIZER_DIAGNOSES = [
 ]
 
 
+# -- GPT-2's file format: bytes_to_unicode, to_gpt2_format, from_gpt2_format -------------------
+
+def _chars(e):
+    c = e.out(0, "chars")
+    return None if c is None else np.asarray(c).tolist()
+
+
+def _gpt2_chars():
+    from .fixtures import gpt2_byte_map
+    m = gpt2_byte_map()
+    return [ord(m[b]) for b in range(256)]
+
+
+_KEEP = [*range(33, 127), *range(161, 173), *range(174, 256)]
+
+
+def _b2u_like(kind):
+    """The student's map follows a known wrong construction (written here)."""
+    def test(e):
+        got = _chars(e)
+        if got is None:
+            return False
+        if kind == "identity":
+            return got == list(range(256))
+        if kind == "from_zero":
+            extra = [b for b in range(256) if b not in _KEEP]
+            return all(got[b] == i for i, b in enumerate(extra)) and all(got[b] == b for b in _KEEP)
+        if kind == "plus_byte":
+            return all(got[b] == (b if b in _KEEP else 256 + b) for b in range(256))
+        if kind == "ends":          # a printable range without its last byte
+            wrong = [b for b in range(256) if got[b] != _gpt2_chars()[b]]
+            return bool(wrong) and any(got[b] >= 256 for b in (126, 172, 255))
+        if kind == "soft_hyphen":   # 0xad kept as printable
+            return got[0xAD] == 0xAD
+        return False
+    return test
+
+
+B2U_DIAGNOSES = [
+    when("the keys must be the byte values 0-255 (ints) and each value one character: you returned "
+         "another mapping (the inverse, {str: int}?). bytes_to_unicode() maps byte -> character; "
+         "invert it where you read files back.", lambda e: e.out(0, "int_keys") is not None
+         and not bool(e.out(0, "int_keys"))),
+    *variants(_b2u_like, {
+        "identity": "every byte maps to chr(b): then the space is still a space, which breaks "
+                    "merges.txt, and control bytes are unprintable. Only the 188 printable bytes "
+                    "(! to ~, ¡ to ¬, ® to ÿ) stand for themselves; the other 68 map to chr(256), "
+                    "chr(257), ... in byte order ('Ġ' for the space).",
+        "from_zero": "the bytes that are not printable got chr(0), chr(1), ...: they must start at "
+                     "chr(256) (chr(256 + n), n counting them), beyond every byte value.",
+        "plus_byte": "the bytes that are not printable got chr(256 + b): it is chr(256 + n), where n "
+                     "counts those bytes (0, 1, 2, ...), so the space (the 33rd) becomes 'Ġ' (U+0120).",
+        "soft_hyphen": "byte 0xad (the soft hyphen) is not in GPT-2's printable set: the ranges are "
+                       "! to ~, ¡ to ¬ and ® to ÿ, so 0xad is remapped like the control bytes.",
+        "ends": "a printable range lost its last byte: the ranges include both ends, "
+                "range(ord('!'), ord('~') + 1) and so on ('~', '¬' and 'ÿ' stand for themselves).",
+    }),
+]
+
+
+def _save_keyerror(e):
+    return "KeyError" in e.error
+
+
+SAVE_DIAGNOSES = [
+    when("vocab.json maps each token's string to its id ({'Ġthe': 262}), not the id to the "
+         "token: json.dumps({spell(b): i for i, b in vocab.items()}).",
+         lambda e: "ValueError" in e.error and "int()" in e.error),
+    when("a token in your files is not spelled with bytes_to_unicode (a plain space, or a "
+         "character outside GPT-2's 256): map every byte b of a token to bytes_to_unicode()[b]. "
+         "Decoding tokens as UTF-8 or latin-1 instead loses pieces of characters and leaves "
+         "spaces that break merges.txt.", _save_keyerror),
+    when("merges.txt must start with the line '#version: 0.2', as GPT-2's does.",
+         lambda e: e.out(0, "header") is not None and not bool(e.out(0, "header"))),
+    when("vocab.json lacks entries of the vocabulary: write every one, the special tokens "
+         "included (`<|endoftext|>` is printable, so it is spelled as it is).",
+         lambda e: bool(set(_entries(e, e._want)) - set(_entries(e, e._got)))),
+    when("one merge per line, its two tokens separated by one space, in merge order: read back, "
+         "your merges.txt gives other pairs.", lambda e: _pairs(e, e.got) != _pairs(e, e.want)),
+]
+
+LOAD_DIAGNOSES = [
+    when("the '#version: 0.2' line was read as a merge: skip it (GPT-2's merges.txt starts with "
+         "it).", lambda e: any(isinstance(e.out(0, f"merges.0.{j}"), np.ndarray)
+                              and bytes(np.asarray(e.out(0, f"merges.0.{j}")).astype(np.uint8).tolist()).startswith(b"#version")
+                              for j in (0,))),
+    when("a token ends in the newline of its line: split the text into lines first "
+         "(merges_txt.split('\\n') or splitlines()), or strip each line.", lambda e: "KeyError: '\\n'" in e.error),
+    when("the tokens were read back as UTF-8 ('Ġ'.encode() is b'\\xc4\\xa0', not a space): "
+         "invert bytes_to_unicode and map each character back to its byte, "
+         "bytes(u2b[c] for c in s).", lambda e: _load_utf8(e)),
+    when("return vocab as {id: bytes} (vocab.json holds {string: id}: invert it, and turn each "
+         "string into bytes).", lambda e: "str" in str(e._got["meta"].get(f"{e.p.name}.0.out.vocab", ""))
+         or any(str(v) == "str" for k, v in e._got["meta"].items() if ".out.vocab." in k)),
+    when("a token came back as other bytes than were written: map each character back through "
+         "the inverse of bytes_to_unicode ('Ġ' is the space, chr(256 + n) the n-th non-printable "
+         "byte), not with ord(c) or the character's UTF-8.",
+         lambda e: any(_entries(e, e._got).get(i) not in (None, b) for i, b in _entries(e, e._want).items())),
+    when("the merges must keep the file's order (the rank of a merge is its line): a list, not a "
+         "set or a sorted copy.", lambda e: _pairs(e, e.got) != _pairs(e, e.want)
+         and sorted(_pairs(e, e.got)) == sorted(_pairs(e, e.want))),
+]
+
+
+def _entries(e, side):
+    """{id: bytes} of the vocabulary a files probe captured (the student's or the reference's)."""
+    prefix, out = f"{e.p.name}.0.out.vocab.", {}
+    for k, v in side["caps"].items():
+        if k.startswith(prefix) and k[len(prefix):].isdigit():
+            out[int(k[len(prefix):])] = bytes(np.asarray(v).astype(np.uint8).tolist())
+    return out
+
+
+def _pairs(e, read):
+    out = []
+    for i in range(100000):
+        a, b = read(f"0.out.merges.{i}.0"), read(f"0.out.merges.{i}.1")
+        if a is None or b is None:
+            return out
+        out.append((bytes(np.asarray(a).astype(np.uint8).tolist()), bytes(np.asarray(b).astype(np.uint8).tolist())))
+    return out
+
+
+def _load_utf8(e):
+    for k, v in e._got["caps"].items():
+        if ".out.vocab." in k and isinstance(v, np.ndarray):
+            b = bytes(np.asarray(v).astype(np.uint8).tolist())
+            if b"\xc4\xa0" in b:
+                return True
+    return False
+
+
+def _files(kind):
+    return call(_vocab(256 + 1 + 80), _merges(256 + 1 + 80), method="@" + kind)
+
+
 # -- the exercises ----------------------------------------------------------------------------
 
 def _train(text, vocab_size, *specials):
@@ -734,4 +870,18 @@ EXERCISES = [
               compare=_show_text, what="encode_iterable on code, cut inside whitespace runs, with a "
                                        "vocabulary that merges spaces and newlines"),
     ]),
+    Exercise("bytes_to_unicode", ref="tokenizer.bytes_to_unicode", diagnose=B2U_DIAGNOSES,
+             graded=grades(values=1),
+             probes=[Probe("map", ("values",), [call(method="@b2u")],
+                           what="the 256 byte values mapped to GPT-2's printable characters")]),
+    Exercise("to_gpt2_format", ref="tokenizer.to_gpt2_format", diagnose=SAVE_DIAGNOSES,
+             graded=grades(files=(2, 1107)),
+             probes=[Probe("files", ("files",), [_files("tok_save")], compare=_show_bytes, sizes=True,
+                           what="a vocabulary and its merges written as GPT-2's vocab.json and merges.txt, read back "
+                                "by GPT-2's rules (bytes_to_unicode spelling, the #version line)")]),
+    Exercise("from_gpt2_format", ref="tokenizer.from_gpt2_format", diagnose=LOAD_DIAGNOSES,
+             graded=grades(files=(2, 1108)),
+             probes=[Probe("files", ("files",), [_files("tok_load")], compare=_show_bytes, sizes=True,
+                           what="GPT-2-format vocab.json and merges.txt (spaces as 'Ġ', newlines as 'Ċ', pieces of "
+                                "Chinese characters) read back into {id: bytes} and the merges")]),
 ]
