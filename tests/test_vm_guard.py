@@ -123,6 +123,13 @@ def _native_mha(x):
                                               m.out_proj.weight, m.out_proj.bias)[0]
 
 
+def _softmax_by_attention(x):
+    """softmax(x) as the fused attention gives it (its flash kernel for the CPU, float32)."""
+    y = x.float().reshape(1, 1, -1, x.shape[-1]).contiguous()
+    eye = torch.eye(x.shape[-1]).reshape(1, 1, x.shape[-1], x.shape[-1])
+    return F.scaled_dot_product_attention(y, eye, eye, scale=1.0).reshape(x.shape).to(x.dtype)
+
+
 SPELLINGS = {   # group: {spelling: fn(x)}
     "softmax": {
         "torch.softmax": lambda x: torch.softmax(x, -1),
@@ -135,6 +142,8 @@ SPELLINGS = {   # group: {spelling: fn(x)}
         "torch.ops.aten._softmax.out": lambda x: torch.ops.aten._softmax.out(
             x, -1, False, out=torch.empty_like(x)),
         "torch.special.softmax": lambda x: torch.special.softmax(x, -1),
+        # the fused attention computes a softmax inside: attention(q=x, k=v=I, scale=1)
+        "F.scaled_dot_product_attention(x, I, I)": lambda x: _softmax_by_attention(x),
         "float64 inside": lambda x: torch.softmax(x.double(), -1).float(),
         "with autograd": lambda x: torch.softmax(x.requires_grad_(), -1),
         "Categorical(logits=x).probs": lambda x: torch.distributions.Categorical(logits=x).probs,

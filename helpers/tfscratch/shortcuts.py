@@ -106,14 +106,19 @@ _ATTENTION_SCAN = dict(leaves=frozenset({
     "_scaled_dot_product_fused_attention_overrideable_backward", "_flash_attention_backward",
     "_efficient_attention_backward"}))
 
+# A softmax is also what PyTorch's fused attention computes inside: softmax(x) is attention with
+# q = x, k = v = the identity and scale 1 (proc_sdpa_softmax, tests/hostile/trust_process.py).
+# A softmax exercise may not reach the fused attention either.
+_SOFTMAX_ALL = dict(names=_SOFTMAX_NAMES | _SDPA_NAMES, aten=tuple(dict.fromkeys(_SOFTMAX_OPS + _ATTENTION_OPS)),
+                    python=_SOFTMAX_PY + _MHA_PY, leaves=_SOFTMAX_SCAN["leaves"] | _ATTENTION_SCAN["leaves"],
+                    tensor_methods=_SOFTMAX_SCAN["tensor_methods"], review=_SOFTMAX_SCAN["review"])
+
 GROUPS: dict[str, Group] = {
     "softmax": Group(
-        "torch.softmax / F.softmax / Tensor.softmax / nn.Softmax",
-        names=_SOFTMAX_NAMES, aten=_SOFTMAX_OPS, python=_SOFTMAX_PY, **_SOFTMAX_SCAN),
+        "torch.softmax / F.softmax / Tensor.softmax / nn.Softmax", **_SOFTMAX_ALL),
     # notebook 10: the online softmax may not call a softmax either
     "online_softmax": Group(
-        "torch.softmax / F.softmax / Tensor.softmax / F.log_softmax",
-        names=_SOFTMAX_NAMES, aten=_SOFTMAX_OPS, python=_SOFTMAX_PY, **_SOFTMAX_SCAN),
+        "torch.softmax / F.softmax / Tensor.softmax / F.log_softmax", **_SOFTMAX_ALL),
     "attention": Group(
         "F.scaled_dot_product_attention",
         names=_SDPA_NAMES, aten=_ATTENTION_OPS, python=_MHA_PY, **_ATTENTION_SCAN),
