@@ -648,7 +648,21 @@ class _Cell(ast.NodeVisitor):
             if key:
                 self._check_method(node, key, self.exercise, self.groups,
                                    via=f" (through a namespace lookup of {key!r})")
+            elif self._namespace(v) and self.fold(node.slice) is None:
+                # builtins.__dict__[name], vars(torch)[name], sys.modules[name], globals()[name]
+                # with a name computed at run time: whatever it calls, the scan cannot tell
+                self.flag(node, "dynamic-lookup", REVIEW,
+                          "looks a name up in a module's namespace by a key computed at run time")
         self.generic_visit(node)
+
+    def _namespace(self, v) -> bool:
+        """A module's (or the interpreter's) namespace: X.__dict__ or vars(X) of a module, the
+        builtins, sys.modules, globals()."""
+        if (isinstance(v, ast.Attribute) and v.attr == "__dict__") or (
+                isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "vars" and v.args):
+            base = self.resolve(v.value if isinstance(v, ast.Attribute) else v.args[0])
+            return bool(base) and not base.startswith(USER)
+        return self.resolve(v) in ("builtins", "sys.modules", "builtins.globals()", "builtins.__builtins__")
 
     def visit_Constant(self, node: ast.Constant):
         if isinstance(node.value, str) and self.student and _COURSE_PATH.search(node.value):
@@ -665,6 +679,11 @@ class _Cell(ast.NodeVisitor):
 
     def _check_call(self, node: ast.Call, fpath):
         args = node.args
+        if self.exercise and (fpath in _DECODERS or fpath == "codecs.encode") and args \
+                and self.fold(args[0]) is None:
+            # codecs.decode(f.__doc__, "rot13"), base64 of a computed string: text turned into
+            # other text at run time, which the scan never sees (constant inputs are folded)
+            self.flag(node, "hidden-code", REVIEW, f"decodes text computed at run time ({fpath})")
         if fpath == "builtins.object.__getattribute__":
             fpath = "builtins.getattr"
         if fpath in _ATTR_CALLS and len(args) >= 2:

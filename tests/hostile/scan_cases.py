@@ -410,6 +410,16 @@ CASES = [
     Case("sm_getattr_computed_on_tensor", A1, sm("return getattr(x, ''.join(reversed(list(NAME))))(dim)",
                                                  "NAME = input()\n"),
          expect=(("dynamic-lookup", R, "softmax"),)),
+    # the red team's route (tests/hostile/trust_process.py, FINDINGS): code kept rot13 in a
+    # docstring, decoded and run through the builtins' namespace by a computed key
+    Case("sm_rot13_docstring_exec", A1, sm("return x.exp() / x.exp().sum(dim, keepdim=True)",
+                                           'import builtins as _bi, codecs as _codecs\n\n'
+                                           'def _doc():\n    """cevag(1)"""\n\n'
+                                           '_src = "exec" + _codecs.decode(_doc.__doc__, "rot13")\n'
+                                           '_bi.__dict__[_src[:4]](_src[4:])\n'),
+         expect=(("hidden-code", R, "softmax"), ("dynamic-lookup", R, "softmax"))),
+    Case("sm_vars_computed_key", A1, sm("return vars(torch)[NAME](x, dim)", "NAME = input()\n"),
+         expect=(("dynamic-lookup", R, "softmax"),)),
     # ----------------------------------------------------------------- more tampering in 03 and 04
     added("mha_sqlite", A3, "import sqlite3 as db\ndb.connect('/srv/nbgrader/gradebook.db').execute('delete from grade')\n",
           ("database", R, None), ("course-files", R, None)),
