@@ -75,6 +75,9 @@ _DANGER: list[tuple[str, str, str]] = [
     ("sentencepiece", "library", "calls sentencepiece (11 asks for your own BPE)"),
     ("transformers", "library", "calls Hugging Face's transformers"),
     ("ctypes", "native", "calls native code through ctypes"),
+    # raw memory of the process (its own objects, the guard's registrations) through numpy
+    ("numpy.lib.stride_tricks", "native", "reads or writes raw memory through numpy's stride tricks"),
+    ("numpy.ctypeslib", "native", "reads or writes raw memory through numpy.ctypeslib"),
     ("cffi", "native", "calls native code through cffi"),
     ("importlib", "import-machinery", "uses importlib"),
     ("builtins.__import__", "import-machinery", "calls __import__"),

@@ -418,6 +418,9 @@ CASES = [
                                            '_src = "exec" + _codecs.decode(_doc.__doc__, "rot13")\n'
                                            '_bi.__dict__[_src[:4]](_src[4:])\n'),
          expect=(("hidden-code", R, "softmax"), ("dynamic-lookup", R, "softmax"))),
+    Case("sm_numpy_raw_memory", A1, sm("return x.exp() / x.exp().sum(dim, keepdim=True)",
+                                       "import numpy as _np\nview = _np.lib.stride_tricks.as_strided\n"),
+         expect=(("native", R, "softmax"),)),
     Case("sm_vars_computed_key", A1, sm("return vars(torch)[NAME](x, dim)", "NAME = input()\n"),
          expect=(("dynamic-lookup", R, "softmax"),)),
     # ----------------------------------------------------------------- more tampering in 03 and 04
