@@ -289,3 +289,14 @@ def test_check_all_without_arguments_reads_the_kernels_notebook(monkeypatch):
     tests = progress._tests_from_session_notebook()
     assert [t[0] for t in tests][:2] == ["test_softmax_rows", "test_softmax_dim"]
     assert sum(t[1] for t in tests) == 15 and not any("HIDDEN" in t[2] or "9173" in t[2] for t in tests)
+
+
+def test_progress_table_lists_the_free_text_answers():
+    """Issue 41.8: the table counts every point: the free-text questions are rows of their own
+    ("by hand"), named, with their points, and the summary says they are graded by hand."""
+    from tfscratch.progress import _Table, run_checks
+    rows = run_checks([("test_ok", 2, "pass")], {})
+    table = _Table(rows, [("q_shift", 1), ("q_scale", 1)])
+    text = repr(table)
+    assert "2 of 2 points" in text and "2 free-text answers (2 points) are graded by hand" in text, text
+    assert "q_shift" in text and "q_scale" in text and "by hand" in table._repr_html_()

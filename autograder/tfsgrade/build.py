@@ -241,19 +241,22 @@ HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TEST
 def progress_cell(parsed):
     """The generated last cell: the visible source of every test cell, run again by
     tfscratch.progress.check_all. Not graded, and it never raises."""
-    rows = []
+    rows, answers = [], []
     for kind, gid, points, source in parsed:
         if kind == "test":
             visible = HIDDEN.sub("", source).rstrip()
             rows.append(f"    ({gid!r}, {points!r}, {visible!r}),")
+        elif kind == "answer":     # graded by hand: listed, so the table counts every point
+            answers.append(f"({gid!r}, {points!r})")
     source = "\n".join([
         "# Progress: the visible checks of this notebook, run again now (passed / failed / not",
-        "# done). Generated from the test cells above; call check_all() in any cell to see it.",
+        "# done), and the free-text answers graded by hand. Generated from the cells above;",
+        "# call check_all() in any cell to see it.",
         "from tfscratch.progress import check_all",
         "",
         "check_all([",
         *rows,
-        "], globals())",
+        f"], globals(), answers=[{', '.join(answers)}])",
     ])
     cell = nbformat.v4.new_code_cell(source, id=PROGRESS_ID)
     cell.metadata["tags"] = ["progress"]

@@ -28,6 +28,7 @@ from pathlib import Path
 __all__ = ["check_all", "run_checks", "strip_hidden"]
 
 _LAST: list = []
+_LAST_ANSWERS: list = []
 _HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[ \t]*\n?",
                      re.M | re.S)
 
@@ -82,7 +83,8 @@ def run_checks(tests, ns) -> list[dict]:
 
 
 _MARK = {"passed": ("\u2714", "#1a7f37"), "failed": ("\u2718", "#cf222e"),
-         "not done": ("\u25cb", "#6e7781")}
+         "not done": ("\u25cb", "#6e7781"), "by hand": ("\u270e", "#6e7781")}
+BY_HAND = "a free-text answer: write it in the cell under the question; graded by hand"
 
 
 def _fmt(x) -> str:
@@ -92,17 +94,22 @@ def _fmt(x) -> str:
 class _Table:
     """Rich (HTML) and plain views of the results; its repr is never a number."""
 
-    def __init__(self, rows):
-        self.rows = rows
+    def __init__(self, rows, answers=()):
+        self.rows = rows + [{"grade_id": gid, "points": pts, "earned": "-", "status": "by hand",
+                             "detail": BY_HAND} for gid, pts in answers]
         self.earned = sum(r["earned"] for r in rows)
         self.total = sum(r["points"] for r in rows)
-        self.counts = {s: sum(r["status"] == s for r in rows) for s in _MARK}
+        self.by_hand = sum(p for _, p in answers)
+        self.counts = {s: sum(r["status"] == s for r in self.rows) for s in _MARK}
 
     def summary(self) -> str:
         c = self.counts
+        hand = (f" {c['by hand']} free-text answer{'s' if c['by hand'] != 1 else ''} "
+                f"({_fmt(self.by_hand)} point{'s' if self.by_hand != 1 else ''}) "
+                f"{'are' if c['by hand'] != 1 else 'is'} graded by hand." if c["by hand"] else "")
         return (f"Progress: {_fmt(self.earned)} of {_fmt(self.total)} points from the visible "
                 f"checks ({c['passed']} passed, {c['failed']} failed, {c['not done']} not done). "
-                "Hidden tests are graded too.")
+                "Hidden tests are graded too." + hand)
 
     def __repr__(self) -> str:
         w = max([len(r["grade_id"]) for r in self.rows] + [4])
@@ -152,22 +159,25 @@ def _tests_from_session_notebook():
     return []
 
 
-def check_all(tests=None, ns=None) -> None:
+def check_all(tests=None, ns=None, answers=None) -> None:
     """Run the notebook's visible checks again and show passed / failed / not done, with
-    points. In a notebook: `check_all()` in any cell."""
+    points, and list the free-text answers (`answers`: [(grade_id, points)]), which are graded
+    by hand. In a notebook: `check_all()` in any cell."""
     try:
-        global _LAST
+        global _LAST, _LAST_ANSWERS
         if ns is None:
             ns = sys._getframe(1).f_globals
         if tests is None:
             tests = _LAST or _tests_from_session_notebook()
+            answers = _LAST_ANSWERS if answers is None else answers
         else:
             _LAST = list(tests)
+            _LAST_ANSWERS = list(answers or ())
         if not tests:
             print("No checks to run: run the last cell of the notebook (Progress) once, or "
                   "pass the tests to check_all.")
             return None
-        table = _Table(run_checks(tests, ns))
+        table = _Table(run_checks(tests, ns), answers or ())
         try:
             from IPython import get_ipython
             from IPython.display import display
