@@ -56,7 +56,10 @@ WHAT = {
     "proc_decomp_clone": "torch._decomp softmax copied before the guard swaps its code",
     "proc_fresh_python": "a fresh python -I computes softmax",
     "proc_daemon_server": "double-forked torch server computes softmax",
+    "proc_fork_copy": "a forked copy takes its guards off, runs torch.softmax (SIGCHLD ignored)",
     "proc_sdpa_softmax": "FINDING: softmax via F.scaled_dot_product_attention (fused CPU kernel)",
+    "proc_mem_handle": "FINDING: the locked guard's leaked handle found in memory (ctypes), released",
+    "proc_np_handle": "FINDING: the same with numpy as_strided (no ctypes, no gc)",
     "proc_naive": "reference: the naive softmax (overflows)",
     "ok_zombie": "a finished child never waited for",
     "ok_sleepers": "50 `sleep 600` children left running",
@@ -249,10 +252,19 @@ def main():
     ap.add_argument("--only", help="comma-separated student ids: grade these (with honest and "
                                    "untouched) and no others, to iterate on a few fixtures")
     ap.add_argument("--no-deep", action="store_true", help="skip the deep-nesting class")
+    ap.add_argument("--from-json", type=Path, metavar="FILE",
+                    help="no grading: the side-by-side markdown of an earlier --old --json run")
     ap.add_argument("--old-only", action="store_true",
                     help="with --old: grade with the old tree only (one table)")
     a = ap.parse_args()
     ONLY.update(x for x in (a.only or "").split(",") if x)
+    if a.from_json:
+        both = json.loads(a.from_json.read_text())
+        md = markdown(both["old"], both["new"])
+        print(md)
+        if a.md:
+            a.md.write_text(md)
+        return
     with tempfile.TemporaryDirectory(prefix="tfs-compare-") as tmp:
         work = a.work.resolve() if a.work else Path(tmp)   # outside the trees: the sandbox binds them
         if not a.old or a.old_only:

@@ -58,6 +58,7 @@ def _exec(src, g=None, l=None, **k):
 builtins.exec = _exec
 """
 # builtins.__import__ replaced: the boot code's `import linecache, sys, types` sees its globals
+# (no `_i`, `_x`... for the originals: IPython rebinds `_i` to the last input)
 IMPORT_HOOK = KERNEL_OFF + """_real_import = builtins.__import__
 def _imp(name, g=None, *a, **k):
     if type(g) is dict and type(g.get("vm_source")) is str and _P not in g["vm_source"]:
@@ -156,6 +157,54 @@ _release()
 """
 
 
+# The same with numpy only (no ctypes, no gc: what an audit hook on those would not see): the
+# guard from the frames above the cell (a traceback's), memory read and written through
+# numpy's as_strided, and a list slot pointed at the handle to drop its one reference.
+NP_HANDLE_OFF = """import struct
+import numpy as _np
+def _release_np():
+    try:
+        raise RuntimeError
+    except RuntimeError as e:
+        f, guards = e.__traceback__.tb_frame, []
+    while f is not None:
+        g = f.f_locals.get("guard")
+        if type(g).__name__ == "_Guard" and getattr(g, "locked", 0) is True:
+            guards.append(g)
+        f = f.f_back
+    if not guards:
+        return
+    base = _np.zeros(8, _np.uint8)
+    a0 = base.__array_interface__["data"][0]
+    def view(addr, n):
+        return _np.lib.stride_tricks.as_strided(base, shape=(2, n), strides=(addr - a0, 1))[1]
+    pat, hits = struct.pack("<Q", id(torch._C._DispatchModule)), []
+    with open("/proc/self/maps") as fm:
+        maps = [ln.split() for ln in fm]
+    for r in maps:
+        lo, hi = (int(v, 16) for v in r[0].split("-"))
+        if r[1][:2] != "rw" or (len(r) > 5 and r[5] != "[heap]") or hi - lo > 1 << 28:
+            continue
+        for at in range(lo, hi, 1 << 24):
+            data = view(at, min(1 << 24, hi - at)).tobytes()
+            i = data.find(pat)
+            while i >= 0:
+                if i >= 8 and (at + i) % 8 == 0 and struct.unpack_from("<q", data, i - 8)[0] == 1:
+                    hits.append(at + i - 8)
+                i = data.find(pat, i + 1)
+    for addr in hits:
+        slot = [None]
+        items = struct.unpack("<Q", view(id(slot) + 24, 8).tobytes())[0]
+        view(items, 8)[:] = _np.frombuffer(struct.pack("<Q", addr), _np.uint8)
+        h = slot[0]
+        slot[0] = None
+        del h
+    for g in guards:
+        g.table = g._table()
+_release_np()
+"""
+
+
 def _xor(text: str) -> str:
     """The hidden code as a bytes literal the scan cannot read (each byte XOR 90)."""
     return repr(bytes(b ^ 90 for b in text.encode()))
@@ -246,13 +295,20 @@ _typing.get_type_hints(_hint)
     # codecs rot13: the hidden code and the name that runs it come from a docstring
     "proc_codecs": _in_docstring(EXEC_HOOK) + SOFTMAX,
     # 1b. builtins replaced before the guard cell runs (the code in plain sight)
+    # builtins.exec: the guard cell's exec(boot, {"vm_source": ...}) gets VM_PATCH appended
     "proc_builtins": EXEC_HOOK + SOFTMAX,
+    # builtins.__import__: the boot's `import linecache, ...` hands over its globals (vm_source)
     "proc_import": IMPORT_HOOK + SOFTMAX,
+    # builtins.compile: compile(vm_source, "tfs_probe_vm", ...) compiles VM_PATCH too
     "proc_compile": COMPILE_HOOK + SOFTMAX,
     # 1c. IPython hooks that fire for the silent guard and probe cells
+    # pre_execute before the probe cell: the guard taken off, the hand-over state forged
     "proc_pre_execute": PRE_EXECUTE + SOFTMAX,
+    # post_execute after the guard cell: the same forgery, one hook later
     "proc_post_execute": POST_EXECUTE + SOFTMAX,
+    # input_transformers_cleanup: the guard cell's text loses its three registering lines
     "proc_input_transformer": INPUT_TRANSFORMER + SOFTMAX,
+    # ast_transformers: the vm_source constant in the guard cell's AST gets VM_PATCH
     "proc_ast_transformer": AST_TRANSFORMER + SOFTMAX,
     # 1d. gc finds the guards inside the exercise, leaves them around the forbidden call
     # (torch function modes off too) and puts them back on, their tables made anew
@@ -403,8 +459,12 @@ FINDINGS = {
     out = torch.nn.functional.scaled_dot_product_attention(q, eye, eye, scale=1.0)
     return out.reshape(y.shape).movedim(-1, dim)
 """,
+    # the old guard switched off (builtins.exec), the new one's leaked handle released
+    # (HANDLE_OFF, ctypes), all hidden in a docstring: the new scan reads none of it
+    "proc_mem_handle": _in_docstring(EXEC_HOOK + HANDLE_OFF) + SOFTMAX,
+    # the same with numpy's as_strided for memory and a traceback's frames for the guard
+    "proc_np_handle": _in_docstring(EXEC_HOOK + NP_HANDLE_OFF) + SOFTMAX,
 }
-FINDINGS["proc_mem_handle"] = None    # set below: hidden code (the codecs route), SDPA cell
 # the attention of the FINDINGS: the course's own math, not calling the softmax above
 OWN_ATTENTION = """def scaled_dot_product_attention(q, k, v):
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -413,21 +473,17 @@ OWN_ATTENTION = """def scaled_dot_product_attention(q, k, v):
     return w @ v, w
 """
 
-# the old guard switched off (builtins.exec), the new one released (HANDLE_OFF), all hidden in
-# a docstring: the new scan reads none of it
-FINDINGS["proc_mem_handle"] = _in_docstring(EXEC_HOOK + HANDLE_OFF) + SOFTMAX
-
 # the attention cell of the fixtures whose hidden code switched the old guard off: it calls
 # F.scaled_dot_product_attention (`_sdpa`, bound in the softmax cell)
 WITH_SDPA = {"proc_pydoc", "proc_pkgutil", "proc_pickle", "proc_type_hints", "proc_codecs",
              "proc_builtins", "proc_import", "proc_compile", "proc_pre_execute",
              "proc_post_execute", "proc_input_transformer", "proc_ast_transformer", "proc_gc_exit",
-             "proc_mem_handle"}
+             "proc_mem_handle", "proc_np_handle"}
 
 # (the exercises that score 0, words the feedback shows, whether the status must be review):
 # what the new grader gives
 EXPECT = {sid: (("softmax",), "Shortcut used", True) for sid in HOSTILE}
-for _sid in WITH_SDPA:
+for _sid in WITH_SDPA & set(HOSTILE):
     EXPECT[_sid] = (("softmax", "scaled_dot_product_attention"), "Shortcut used", True)
 # the attention calls that softmax, so its check sees the helper process too: both score 0
 EXPECT["proc_fresh_python"] = (("softmax", "scaled_dot_product_attention"),
