@@ -95,6 +95,13 @@ def test_fixture_class_feedback_and_report(fixture_class):
     for s in ("ada", "ben", "cleo", "dan", "gus", "hal", "ivy"):
         fb = out / "feedback" / s / f"{A01}.html"
         assert fb.exists() and fb.stat().st_size > 1000, s
+    # equations drawn offline (MathML), no raw LaTeX left in the visible text; long lines wrap
+    page = (out / "feedback" / "gus" / f"{A01}.html").read_text()
+    text = re.sub(r"<(pre|code|script|style)\b.*?</\1>|<[^>]+>", " ", page, flags=re.S)
+    assert "<math" in page and "$\\" not in text, re.findall(r".{40}\$\\.{40}", text)[:3]
+    assert "white-space: pre-wrap" in page
+    # the loop said once, in plain words, where its verdict is
+    assert "did not return within 10 s" in page and "your code raised not run" not in page
     eve = (out / "feedback" / "eve" / f"{A01}.html").read_text()   # not graded: why, and what to hand in
     assert "could not be graded" in eve and "malformed" in eve and "What to hand in" in eve
     report = (out / "report.md").read_text()

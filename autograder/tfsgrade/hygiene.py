@@ -34,6 +34,7 @@ import nbformat
 import nh3
 
 from . import course
+from . import mathml as _mathml
 from .cells import meta as _meta
 from .cells import source as _src
 
@@ -205,6 +206,11 @@ for _tag in _TAGS:
 _ATTRS["a"] |= {"name"}
 _ATTRS["div"] |= {"data-mime-type"}
 _ATTRS["img"] |= {"src", "alt", "width", "height"}
+# the equations tfsgrade.mathml draws (presentation MathML, layout attributes only), so that a
+# page cleaned twice keeps them
+for _tag in _mathml.TAGS:
+    _TAGS.add(_tag)
+    _ATTRS.setdefault(_tag, set()).update(_mathml.ATTRIBUTES.get(_tag, set()) | _mathml.ATTRIBUTES["*"])
 _STYLE = {"color", "background-color", "font-weight", "font-style", "font-family", "font-size",
           "text-align", "text-decoration", "vertical-align", "white-space", "width", "height",
           "max-width", "min-width", "margin", "margin-top", "margin-bottom", "margin-left",
@@ -269,8 +275,15 @@ def sanitise_html(page: str) -> str:
     head = re.sub(r"(<title>)(.*?)(</title>)",
                   lambda m: m.group(1) + html.escape(html.unescape(re.sub(r"<[^>]*>", "", m.group(2))))
                   + m.group(3), head, flags=re.S | re.I)
-    body = sanitise_fragment(page[open_end + 1:end])
+    body = _mathml.render(sanitise_fragment(page[open_end + 1:end]))   # equations drawn offline
+    if WRAP not in head:
+        head = re.sub(r"</head>", WRAP + "</head>", head, count=1, flags=re.I)
     return f"{head}<body>\n{body}\n</body>\n</html>\n"
+
+
+# long lines of a check's message wrap inside their box instead of running past its edge
+WRAP = ("<style>.jp-OutputArea-output pre, .output_area pre, pre { white-space: pre-wrap; "
+        "overflow-wrap: anywhere; }</style>")
 
 
 def add_verdicts(nb, verdicts: dict | None):
