@@ -20,9 +20,8 @@ def _solution(name):
 
 HEAP, TOK = _solution("train_bpe"), _solution("Tokenizer")
 B2U, SAVE, LOAD = _solution("bytes_to_unicode"), _solution("to_gpt2_format"), _solution("from_gpt2_format")
-_PRINTABLE = ('printable = set(range(ord("!"), ord("~") + 1)) | set(range(ord("¡"), ord("¬") + 1)) | '
-              'set(range(ord("®"), ord("ÿ") + 1))')
-_NTH = "out[b] = chr(256 + n)  # the n-th byte that is not printable"
+_PRINTABLE = 'printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]'
+_NTH = "table.update({b: chr(256 + i) for i, b in enumerate(moved)})"
 _SPELL = "vocab_json = json.dumps({spell(b): i for i, b in vocab.items()}, ensure_ascii=False)"
 _MERGES_OUT = 'merges_txt = "#version: 0.2\\n" + "".join(f"{spell(a)} {spell(b)}\\n" for a, b in merges)'
 _LINES = 'lines = [ln for ln in merges_txt.split("\\n") if ln and not ln.startswith("#version")]'
@@ -234,19 +233,18 @@ MISTAKES = [
 
 MISTAKES += [
     Mistake("bytes_to_unicode", "every byte mapped to chr(b) (no remapping)", r"maps to chr\(b\)",
-            _edit(B2U, _NTH, "out[b] = chr(b)")),
+            _edit(B2U, _NTH, "table.update({b: chr(b) for b in moved})")),
     Mistake("bytes_to_unicode", "the other bytes numbered from chr(0)", r"chr\(0\), chr\(1\)",
-            _edit(B2U, _NTH, "out[b] = chr(n)")),
+            _edit(B2U, _NTH, "table.update({b: chr(i) for i, b in enumerate(moved)})")),
     Mistake("bytes_to_unicode", "chr(256 + b) instead of chr(256 + n)", r"chr\(256 \+ b\)",
-            _edit(B2U, _NTH, "out[b] = chr(256 + b)")),
+            _edit(B2U, _NTH, "table.update({b: chr(256 + b) for b in moved})")),
     Mistake("bytes_to_unicode", "the printable ranges without their last byte (range end exclusive)",
             r"lost its last byte",
-            _edit(B2U, _PRINTABLE, 'printable = set(range(ord("!"), ord("~"))) | set(range(ord("¡"), ord("¬"))) | '
-                  'set(range(ord("®"), ord("ÿ")))')),
+            _edit(B2U, _PRINTABLE, 'printable = [*range(ord("!"), ord("~")), *range(ord("¡"), ord("¬")), *range(ord("®"), ord("ÿ"))]')),
     Mistake("bytes_to_unicode", "the soft hyphen (0xad) kept: one range from ¡ to ÿ", r"soft hyphen",
-            _edit(B2U, _PRINTABLE, 'printable = set(range(ord("!"), ord("~") + 1)) | set(range(ord("¡"), ord("ÿ") + 1))')),
+            _edit(B2U, _PRINTABLE, 'printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("ÿ") + 1)]')),
     Mistake("bytes_to_unicode", "the inverse map returned ({character: byte})", r"the inverse",
-            _edit(B2U, "    return out\n", "    return {c: b for b, c in out.items()}\n")),
+            _edit(B2U, "    return table\n", "    return {c: b for b, c in table.items()}\n")),
 
     Mistake("to_gpt2_format", "vocab.json written as {id: token}", r"not the id to the\s+token",
             _edit(SAVE, _SPELL, "vocab_json = json.dumps({i: spell(b) for i, b in vocab.items()}, ensure_ascii=False)")),
@@ -290,9 +288,9 @@ VARIANTS = [
             "def bytes_to_unicode():\n    out, n = {}, 0\n    for b in range(256):\n"
             "        c = chr(b)\n        if c.isprintable() and c != ' ' and b != 0xAD:\n            out[b] = c\n"
             "        else:\n            out[b] = chr(256 + n)\n            n += 1\n    return out\n"),
-    Variant("bytes_to_unicode", "a counter from itertools", _edit(
-        B2U, "    out, n = {}, 0\n", "    import itertools\n    out, fresh = {}, itertools.count(256)\n",
-        "            " + _NTH + "\n            n += 1\n", "            out[b] = chr(next(fresh))\n")),
+    Variant("bytes_to_unicode", "a counter from itertools, one loop", _edit(
+        B2U, _NTH, "import itertools\n    fresh = itertools.count(256)\n    for b in moved:\n"
+        "        table[b] = chr(next(fresh))\n    table = dict(sorted(table.items()))")),
 
 
     Variant("to_gpt2_format", "json with ASCII escapes (ensure_ascii left on)",

@@ -161,15 +161,11 @@ class Tokenizer:
 
 def bytes_to_unicode():
     """GPT-2's map {byte: printable character}: printable bytes stay, the rest go to U+0100 on."""
-    printable = set(range(ord("!"), ord("~") + 1)) | set(range(ord("¡"), ord("¬") + 1)) | set(range(ord("®"), ord("ÿ") + 1))
-    out, n = {}, 0
-    for b in range(256):
-        if b in printable:
-            out[b] = chr(b)
-        else:
-            out[b] = chr(256 + n)  # the n-th byte that is not printable
-            n += 1
-    return out
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    moved = [b for b in range(256) if b not in printable]  # the 68 bytes that are not printable
+    table = {b: chr(b) for b in printable}
+    table.update({b: chr(256 + i) for i, b in enumerate(moved)})  # in byte order, from U+0100
+    return table
 
 
 def to_gpt2_format(vocab, merges):
