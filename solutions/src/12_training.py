@@ -136,6 +136,21 @@ for row_x, row_y in zip(x, y):
     print("x:", repr(tok.decode(row_x.tolist())), "\n y:", repr(tok.decode(row_y.tolist())))
 
 # %% [markdown]
+# **Storing the ids.** A vocabulary of fewer than 65,536 entries fits every id in 2 bytes.
+# nanoGPT and CS336 write the token stream once as `uint16` and read it back with `np.memmap`,
+# which maps the file into memory instead of loading it: a batch then reads only the windows
+# it draws. Our `ids` are int64, 8 bytes each; `get_batch` takes the memory map as it is.
+
+# %%
+bin_path = os.path.join(tempfile.mkdtemp(), "train.bin")
+train_data.astype(np.uint16).tofile(bin_path)
+train_mm = np.memmap(bin_path, dtype=np.uint16, mode="c")  # nothing read yet; "c": copy-on-write,
+# writable in memory with the file left as it is (PyTorch warns on read-only arrays, mode="r")
+x, y = get_batch_fn(train_mm, 2, 8, generator=torch.Generator().manual_seed(0))
+print(f"{os.path.getsize(bin_path):,} bytes on disk instead of {train_data.nbytes:,}; the same ids: "
+      f"{np.array_equal(train_mm, train_data)}; a batch from the map: {x.dtype}, {tuple(x.shape)}")
+
+# %% [markdown]
 # ## 3. AdamW
 #
 # Plain gradient descent moves every parameter by $\eta\, g$. Adam (Kingma and Ba, 2015) keeps,
