@@ -57,7 +57,7 @@ WHAT = {
     "proc_fresh_python": "a fresh python -I computes softmax",
     "proc_daemon_server": "double-forked torch server computes softmax",
     "proc_fork_copy": "a forked copy takes its guards off, runs torch.softmax (SIGCHLD ignored)",
-    "proc_sdpa_softmax": "FINDING: softmax via F.scaled_dot_product_attention (fused CPU kernel)",
+    "proc_sdpa_softmax": "softmax via F.scaled_dot_product_attention's fused CPU kernel",
     "proc_mem_handle": "FINDING: the locked guard's leaked handle found in memory (ctypes), released",
     "proc_np_handle": "FINDING: the same with numpy as_strided (no ctypes, no gc)",
     "proc_naive": "reference: the naive softmax (overflows)",
@@ -76,22 +76,48 @@ WHAT = {
 ONLY: set = set()     # --only: these students (and honest, untouched) only
 
 
-def trust_class(subs: Path) -> list[str]:
+def released_by(tree: Path):
+    """A function that puts the course's own cells of `tree`'s released notebook (the cells a
+    student leaves as handed out) into a notebook built from this tree's: the old grader then
+    sees its own release, not one it would call changed (its scan reads a changed course cell
+    as the student's code). The student's cells (solutions, cells added) stay as they are."""
+    import nbformat
+    if tree.resolve() == REPO:
+        return lambda nb: nb
+    mine = nbformat.read(REPO / "notebooks" / f"{A01}.ipynb", as_version=4)
+    theirs = nbformat.read(tree / "notebooks" / f"{A01}.ipynb", as_version=4)
+    here = {c.get("id"): c.source for c in mine.cells}
+    there = {c.get("id"): c.source for c in theirs.cells}
+    same_shape = len(mine.cells) == len(theirs.cells)
+
+    def put(nb):
+        by_place = same_shape and len(nb.cells) == len(mine.cells)   # ids renamed (Colab)
+        for i, c in enumerate(nb.cells):
+            if c.get("id") in there and here.get(c.get("id")) == c.source:
+                c.source = there[c.get("id")]
+            elif by_place and mine.cells[i].source == c.source:
+                c.source = theirs.cells[i].source
+        return nb
+    return put
+
+
+def trust_class(subs: Path, tree: Path = REPO) -> list[str]:
     """The class of tests/conftest.py's class_trust for trust_process, plus its FINDINGS
     (routes the new grader does not stop yet): honest, untouched and every fixture, one folder
-    each (only those of --only, where given). Returns the student ids in table order."""
-    ids = []
+    each (only those of --only, where given), as handed out by `tree` (`released_by`).
+    Returns the student ids in table order."""
+    ids, put = [], released_by(tree)
     for sid, _, nb in tp.students() + tp.findings():
         if ONLY and sid not in ONLY:
             continue
-        write(nb, subs / sid / f"{A01}.ipynb")
+        write(put(nb), subs / sid / f"{A01}.ipynb")
         ids.append(sid)
-    write(student_notebook(A01, solution_sources(A01)), subs / "honest" / f"{A01}.ipynb")
-    write(student_notebook(A01), subs / "untouched" / f"{A01}.ipynb")
+    write(put(student_notebook(A01, solution_sources(A01))), subs / "honest" / f"{A01}.ipynb")
+    write(put(student_notebook(A01)), subs / "untouched" / f"{A01}.ipynb")
     return ids + ["honest", "untouched"]
 
 
-def deep_class(subs: Path) -> list[str]:
+def deep_class(subs: Path, tree: Path = REPO) -> list[str]:
     """Issue 37 class 5: valid JSON nested 100,000 levels deep in one cell's metadata
     (as tests/test_grading_malformed.py builds it), beside an honest student."""
     import nbformat
@@ -158,7 +184,7 @@ def run_tree(tree: Path, work: Path, deep: bool = True) -> dict:
     res = {}
     for name, make in (("trust", trust_class), ("deep", deep_class))[:2 if deep else 1]:
         subs, out = work / name / "subs", work / name / "out"
-        ids = make(subs)
+        ids = make(subs, tree)
         r = grade_with(tree, subs, out)
         r["ids"] = ids
         res[name] = r

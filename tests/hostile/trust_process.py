@@ -389,6 +389,17 @@ _copy.__kwdefaults__ = _f.__kwdefaults__
 def softmax(x, dim=-1):
     return _copy(x, dim, False)
 """,
+    # an operator the softmax group did not list until 9884a53: the fused attention kernel
+    # (_scaled_dot_product_flash_attention_for_cpu) computes softmax(x) = attention(x, I, I)
+    # with scale 1 (its attention cell is the course's math, not calling this softmax)
+    "proc_sdpa_softmax": """def softmax(x, dim=-1):
+    y = x.movedim(dim, -1)
+    n = y.shape[-1]
+    eye = torch.eye(n, dtype=x.dtype).reshape(1, 1, n, n)
+    q = y.reshape(1, 1, -1, n).contiguous()
+    out = torch.nn.functional.scaled_dot_product_attention(q, eye, eye, scale=1.0)
+    return out.reshape(y.shape).movedim(-1, dim)
+""",
     # 3. a helper process computes it during the probe, with SIGCHLD ignored: the kernel
     # reaps it at once, so the old check sees no child and no change in RUSAGE_CHILDREN
     # a fresh `python -I` (a stable softmax in plain Python), started by subprocess
@@ -446,26 +457,16 @@ def _helper(x, dim):
 }
 
 # Routes the new grader does not stop yet (see docs/trust-before-after.md): graded with the
-# class by tools/compare_grader.py, not by class_trust, until the guard covers them.
+# class by tools/compare_grader.py, not by class_trust. Both release the locked guard inside
+# the check's process; since 014718a/0be280a the scan marks them `review` (15/15 shown).
 FINDINGS = {
-    # PyTorch's fused attention kernel (_scaled_dot_product_flash_attention_for_cpu) computes a
-    # softmax inside: softmax(x) = attention(q=x, k=I, v=I, scale=1); the softmax group does
-    # not list it, so neither guard refuses it and neither scan flags it in this exercise
-    "proc_sdpa_softmax": """def softmax(x, dim=-1):
-    y = x.movedim(dim, -1)
-    n = y.shape[-1]
-    eye = torch.eye(n, dtype=x.dtype).reshape(1, 1, n, n)
-    q = y.reshape(1, 1, -1, n).contiguous()
-    out = torch.nn.functional.scaled_dot_product_attention(q, eye, eye, scale=1.0)
-    return out.reshape(y.shape).movedim(-1, dim)
-""",
     # the old guard switched off (builtins.exec), the new one's leaked handle released
     # (HANDLE_OFF, ctypes), all hidden in a docstring: the new scan reads none of it
     "proc_mem_handle": _in_docstring(EXEC_HOOK + HANDLE_OFF) + SOFTMAX,
     # the same with numpy's as_strided for memory and a traceback's frames for the guard
     "proc_np_handle": _in_docstring(EXEC_HOOK + NP_HANDLE_OFF) + SOFTMAX,
 }
-# the attention of the FINDINGS: the course's own math, not calling the softmax above
+# the attention of proc_sdpa_softmax: the course's own math, not calling the softmax above
 OWN_ATTENTION = """def scaled_dot_product_attention(q, k, v):
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     e = (s - s.amax(dim=-1, keepdim=True)).exp()
@@ -494,9 +495,9 @@ EXPECT["proc_fork_copy"] = (("softmax", "scaled_dot_product_attention"),
 # (softmax is allowed there), so only softmax scores 0
 for _sid in ("proc_get_kernel", "proc_c_kernel", "proc_decomp_clone"):
     EXPECT[_sid] = (("softmax",), "Shortcut used", True)
-# scores nothing, but the new scan does not read `builtins.__dict__[name]` with a name
-# decoded (codecs) from a docstring: status `graded` (docs/trust-before-after.md)
-EXPECT["proc_codecs"] = (("softmax", "scaled_dot_product_attention"), "Shortcut used", False)
+# the fused attention is refused in a softmax exercise (9884a53), and the scan says so: a
+# certain shortcut (status graded, softmax 0); the attention is the course's own math
+EXPECT["proc_sdpa_softmax"] = (("softmax",), "Shortcut used", False)
 NAIVE = """def softmax(x, dim=-1):
     e = x.exp()
     return e / e.sum(dim=dim, keepdim=True)
@@ -577,15 +578,14 @@ def hostile(sid: str, code: str):
     fill = dict(s, softmax=code)
     if sid in WITH_SDPA:
         fill["scaled_dot_product_attention"] = SDPA
+    elif sid == "proc_sdpa_softmax":
+        fill["scaled_dot_product_attention"] = OWN_ATTENTION
     return student_notebook(A01, fill)
 
 
 def findings():
     """The FINDINGS students, for tools/compare_grader.py."""
-    s = solution_sources(A01)
-    return [(sid, A01, student_notebook(A01, dict(s, softmax=code, scaled_dot_product_attention=SDPA
-                                                  if sid in WITH_SDPA else OWN_ATTENTION)))
-            for sid, code in FINDINGS.items()]
+    return [(sid, A01, hostile(sid, code)) for sid, code in FINDINGS.items()]
 
 
 def students():
