@@ -260,12 +260,15 @@ def test_similarity_page_escapes_student_code_and_ids():
 
 
 def test_feedback_equations_are_mathml_and_nothing_else():
-    """Issue 41.4: `$...$` in a page's text becomes MathML drawn offline; code, money and a
-    formula the converter cannot read stay as written; a formula cannot carry a link."""
+    """Issue 41.4: the course's `$...$` in a page's text becomes MathML drawn offline; code,
+    money, a formula the converter cannot read and any formula the course did not write (a
+    student's) stay as written; a formula cannot carry a link."""
     from tfsgrade import mathml
     page = ("<p>divide by $\\sqrt{d_k}$, pay $5 or $6</p><pre>$x$</pre><code>$y$</code>"
-            "<p>$$a^2$$ and $\\href{javascript:alert(1)}{x}$</p>")
-    out = mathml.render(page)
+            "<p>$$a^2$$ and $\\href{javascript:alert(1)}{x}$ and $b^2$</p>")
+    course = mathml.formulas_of(["$\\sqrt{d_k}$ then $$a^2$$ and $\\href{javascript:alert(1)}{x}$"])
+    out = mathml.render(page, course)
     assert out.count("<math") == 3 and "<msqrt>" in out and 'display="block"' in out, out
     assert "pay $5 or $6" in out and "<pre>$x$</pre>" in out and "<code>$y$</code>" in out, out
     assert "href" not in out and "javascript" not in out, out
+    assert "$b^2$" in out                      # not the course's: a student's text stays text

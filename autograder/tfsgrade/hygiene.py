@@ -206,11 +206,6 @@ for _tag in _TAGS:
 _ATTRS["a"] |= {"name"}
 _ATTRS["div"] |= {"data-mime-type"}
 _ATTRS["img"] |= {"src", "alt", "width", "height"}
-# the equations tfsgrade.mathml draws (presentation MathML, layout attributes only), so that a
-# page cleaned twice keeps them
-for _tag in _mathml.TAGS:
-    _TAGS.add(_tag)
-    _ATTRS.setdefault(_tag, set()).update(_mathml.ATTRIBUTES.get(_tag, set()) | _mathml.ATTRIBUTES["*"])
 _STYLE = {"color", "background-color", "font-weight", "font-style", "font-family", "font-size",
           "text-align", "text-decoration", "vertical-align", "white-space", "width", "height",
           "max-width", "min-width", "margin", "margin-top", "margin-bottom", "margin-left",
@@ -260,9 +255,11 @@ def sanitise_notebook(nb):
     return nb
 
 
-def sanitise_html(page: str) -> str:
+def sanitise_html(page: str, formulas=frozenset()) -> str:
     """Sanitise a whole feedback page written by nbgrader: the head (the template's own CSS and
-    MathJax) is kept with its <title> re-escaped; the body is cleaned with nh3."""
+    MathJax) is kept with its <title> re-escaped; the body is cleaned with nh3, then the
+    course's own `formulas` in its text are drawn as MathML (tfsgrade.mathml; a formula a
+    student wrote stays text)."""
     low = page.lower()
     start = low.find("<body")
     if start < 0:
@@ -275,7 +272,9 @@ def sanitise_html(page: str) -> str:
     head = re.sub(r"(<title>)(.*?)(</title>)",
                   lambda m: m.group(1) + html.escape(html.unescape(re.sub(r"<[^>]*>", "", m.group(2))))
                   + m.group(3), head, flags=re.S | re.I)
-    body = _mathml.render(sanitise_fragment(page[open_end + 1:end]))   # equations drawn offline
+    body = sanitise_fragment(page[open_end + 1:end])
+    if formulas:                                       # the course's equations, drawn offline
+        body = _mathml.render(body, formulas)
     if WRAP not in head:
         head = re.sub(r"</head>", WRAP + "</head>", head, count=1, flags=re.I)
     return f"{head}<body>\n{body}\n</body>\n</html>\n"
@@ -361,7 +360,7 @@ def clean_autograded(items, s) -> None:
                     nb, source, reveal_hidden=s.reveal_hidden, verdicts=it.verdicts), path)
 
 
-def sanitise_page(html_path: Path) -> None:
+def sanitise_page(html_path: Path, formulas=frozenset()) -> None:
     """A feedback page made safe for the instructor's browser (sanitise_html), in place."""
     page = Path(html_path).read_text(encoding="utf-8")
-    Path(html_path).write_text(sanitise_html(page), encoding="utf-8")
+    Path(html_path).write_text(sanitise_html(page, formulas), encoding="utf-8")

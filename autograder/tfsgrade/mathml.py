@@ -5,9 +5,10 @@ nbgrader's feedback template loads MathJax from a CDN, so a student without the 
 the formgrader on a machine without it, saw `$\\sqrt{d_k}$`. Here each formula of the page's
 text (never inside <pre>, <code>, <script>, <style>, <textarea> or MathML already there) is
 converted with latex2mathml and then cleaned with nh3 to the MathML presentation elements and
-their layout attributes only: a student's free-text answer is text of the page too, and a
-converter follows `\\href` (a link is not kept). A formula the converter cannot read stays
-as it was written.
+their layout attributes only (a converter follows `\\href`: a link is not kept). Only the
+course's own formulas are drawn (`formulas_of` the source notebook's markdown): a student's
+free-text answer is text of the page too, and stays text. A formula the converter cannot read
+stays as it was written.
 """
 from __future__ import annotations
 
@@ -39,20 +40,29 @@ def formula(latex: str, block: bool = False) -> str | None:
     return nh3.clean(out, tags=TAGS, attributes=ATTRIBUTES, link_rel=None)
 
 
-def _text(segment: str) -> str:
+def formulas_of(markdown_sources) -> frozenset:
+    """The formulas written in these markdown texts (the course's own cells)."""
+    return frozenset(m.group(1) if m.group(1) is not None else m.group(2)
+                     for text in markdown_sources for m in _FORMULA.finditer(text))
+
+
+def _text(segment: str, allowed) -> str:
     def one(m):
         block = m.group(1) is not None
-        got = formula(html.unescape(m.group(1) if block else m.group(2)), block)
+        latex = html.unescape(m.group(1) if block else m.group(2))
+        got = formula(latex, block) if latex in allowed else None
         return got if got is not None else m.group(0)
     return _FORMULA.sub(one, segment)
 
 
-def render(page: str) -> str:
-    """`page` (HTML) with the formulas of its text as MathML."""
+def render(page: str, allowed) -> str:
+    """`page` (HTML) with the formulas of its text that are in `allowed` (the course's own,
+    formulas_of) as MathML. A student's own formula stays text: MathML is foreign content to
+    an HTML parser, and nothing a student wrote is let into it."""
     out, depth, at = [], 0, 0
     for m in _TAG.finditer(page):
         text = page[at:m.start()]
-        out.append(_text(text) if depth == 0 and "$" in text else text)
+        out.append(_text(text, allowed) if depth == 0 and "$" in text else text)
         out.append(m.group(0))
         name = m.group(2).lower()
         if name in SKIP and not m.group(0).endswith("/>"):
@@ -60,5 +70,5 @@ def render(page: str) -> str:
             depth = max(depth, 0)
         at = m.end()
     tail = page[at:]
-    out.append(_text(tail) if depth == 0 and "$" in tail else tail)
+    out.append(_text(tail, allowed) if depth == 0 and "$" in tail else tail)
     return "".join(out)

@@ -217,8 +217,9 @@ def _nbgrader_outputs(out: Path, items, which, log) -> list:
 def _feedback(out: Path, items, marks, which, graded) -> None:
     """Each regenerated feedback page marked where answers wait for a grader, sanitised, copied
     to OUT/feedback; and a page for each submission that could not be graded."""
-    from . import hygiene, sanitise
+    from . import hygiene
     root = manual.course_root(out)
+    formulas = {}
     for it in graded:
         src = course.notebook_path(root, "feedback", it.assignment, it.student, suffix=".html")
         dst = out / "feedback" / it.student / f"{it.assignment}.html"
@@ -226,14 +227,31 @@ def _feedback(out: Path, items, marks, which, graded) -> None:
             it.reasons.append("feedback could not be generated")
             continue
         m = marks[(it.student, it.assignment)]
-        src.write_text(mark_page(src.read_text(encoding="utf-8"), m), encoding="utf-8")
-        sanitise.page(src)   # the course's copy too (nbgrader's release_feedback sends it)
+        if it.assignment not in formulas:
+            formulas[it.assignment] = _course_formulas(root, it.assignment)
+        # sanitised once; the course's copy is the same page (nbgrader's release_feedback sends it)
+        page = hygiene.sanitise_html(mark_page(src.read_text(encoding="utf-8"), m), formulas[it.assignment])
+        src.write_text(page, encoding="utf-8")
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
-        hygiene.sanitise_page(dst)
+        dst.write_text(page, encoding="utf-8")
     for it in items:
         if it.status == "flagged" and (which == "all" or (it.student, it.assignment) in which):
             flagged_page(out, it)
+
+
+def _course_formulas(root: Path, assignment: str) -> frozenset:
+    """The formulas of the course's own markdown cells of `assignment` (its source notebook):
+    the only ones a feedback page draws as MathML."""
+    import nbformat
+
+    from . import mathml
+    path = course.notebook_path(root, "source", assignment)
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except (OSError, ValueError):
+        return frozenset()
+    return mathml.formulas_of(c.source for c in nb.cells if c.cell_type == "markdown"
+                              and not c.get("metadata", {}).get("nbgrader", {}).get("solution"))
 
 
 def mark_page(page: str, m: Mark) -> str:

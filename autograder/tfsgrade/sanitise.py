@@ -737,14 +737,3 @@ def notebook(nb):
                               "metadata": _nb_metadata(nb.get("metadata")), "cells": cells})
     # the notes quote what was found; they go into grades.csv and report.md as they are
     return out, [n.replace("<", "\u2039").replace(">", "\u203a") for n in found]
-
-
-# --------------------------------------------------------------------------- written pages
-def page(path) -> None:
-    """Sanitise an HTML page nbgrader wrote (a feedback page) in place: its head (the
-    template's CSS and MathJax) kept, its body cleaned with nh3 (tfsgrade.hygiene)."""
-    from pathlib import Path
-
-    from . import hygiene
-    p = Path(path)
-    p.write_text(hygiene.sanitise_html(p.read_text(encoding="utf-8")), encoding="utf-8")
