@@ -27,6 +27,8 @@ def test_hostile_code_earns_nothing_it_did_not_compute(class_trust):
         row = rows[sid]
         if zeroed is None:      # falls back to its own naive softmax: that one's score exactly
             assert float(row[A01]) == float(rows["proc_naive"][A01]), (sid, row)
+        elif zeroed == "any":   # the points are not the guard's to decide: review says so
+            pass
         else:
             lost = sum(cells[g] for g in _cells(zeroed))
             assert float(row[A01]) == sum(cells.values()) - lost, (sid, row)

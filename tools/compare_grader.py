@@ -102,12 +102,12 @@ def released_by(tree: Path):
 
 
 def trust_class(subs: Path, tree: Path = REPO) -> list[str]:
-    """The class of tests/conftest.py's class_trust for trust_process, plus its FINDINGS
-    (routes the new grader does not stop yet): honest, untouched and every fixture, one folder
+    """The class of tests/conftest.py's class_trust for trust_process (its FINDINGS, the
+    routes the new grader's guard does not stop, included): honest, untouched and every fixture, one folder
     each (only those of --only, where given), as handed out by `tree` (`released_by`).
     Returns the student ids in table order."""
     ids, put = [], released_by(tree)
-    for sid, _, nb in tp.students() + tp.findings():
+    for sid, _, nb in tp.students():
         if ONLY and sid not in ONLY:
             continue
         write(put(nb), subs / sid / f"{A01}.ipynb")

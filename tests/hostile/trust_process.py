@@ -14,8 +14,9 @@ __import__ or compile replaced before the guard cell; 1c IPython hooks that fire
 guard and probe cells (pre_execute, post_execute, input and AST transformers); 1d a gc walk
 inside the exercise; 2 kernel handles and torch code taken before the guard; 3 a helper
 process, invisible to the old child check. Where the hidden code switched the old guard off,
-the attention cell calls F.scaled_dot_product_attention too. FINDINGS: routes the grader of
-now does not stop (graded by tools/compare_grader.py only)."""
+the attention cell calls F.scaled_dot_product_attention too. FINDINGS: routes the guard of
+now does not stop (they write the process's memory); they are in the class too, and the scan
+must mark them review with their lines (README, "What stays open")."""
 import copy
 
 import nbformat
@@ -588,8 +589,15 @@ def findings():
     return [(sid, A01, hostile(sid, code)) for sid, code in FINDINGS.items()]
 
 
+# the FINDINGS release the guard by writing the process's memory: what they earn is not
+# decided by the guard (it may find the handle or not), but the scan marks them review
+for _sid in FINDINGS:
+    EXPECT[_sid] = ("any", None, True)
+
+
 def students():
     s = solution_sources(A01)
     return ([(sid, A01, hostile(sid, code))
              for sid, code in dict(HOSTILE, proc_naive=NAIVE).items()]
+            + findings()
             + [(sid, A01, honest(sid)) for sid in HONEST])
