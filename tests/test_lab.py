@@ -37,27 +37,7 @@ def lab(tmp_path_factory):
              f"--ServerApp.root_dir={REPO}", "--ServerApp.port_retries=0",
              *(["--allow-root"] if os.geteuid() == 0 else [])],
             cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(120):
-            try:
-                if requests.get(f"{base}/api/status", params={"token": token}, timeout=2).ok:
-                    break
-            except requests.ConnectionError:
-                pass
-            if proc.poll() is not None:
-                pytest.fail(f"jupyter lab exited early:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"jupyter lab did not answer within 60 s:\n{log.read_text()[-3000:]}")
-        yield base, token, log
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+    yield from _served(proc, f"http://127.0.0.1:{port}", log, lambda: token)
 
 
 def test_lab_serves_the_course(lab):
@@ -99,21 +79,29 @@ def student_lab(tmp_path_factory):
         proc = subprocess.Popen(["make", "-s", "lab", "NO_BROWSER=1", f"PORT={port}"], cwd=REPO, env=env,
                                 stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
+
+    def printed():      # the token of the address make lab printed, once it has
+        found = re.search(rf"^\s*{re.escape(base)}/lab\?token=(\w+)", log.read_text(), re.M)
+        return found.group(1) if found else None
+    yield from _served(proc, base, log, printed, tries=240)
+
+
+def _served(proc, base, log, token_of, tries=120):
+    """Wait until the server at `base` answers with the token `token_of()` gives, yield
+    (base, token, log), and stop the server's whole process group at the end."""
     try:
-        token = None
-        for _ in range(240):
-            found = re.search(rf"^\s*{re.escape(base)}/lab\?token=(\w+)", log.read_text(), re.M)
-            token = found.group(1) if found else None
+        for _ in range(tries):
+            token = token_of()
             try:
                 if token and requests.get(f"{base}/api/status", params={"token": token}, timeout=2).ok:
                     break
             except requests.ConnectionError:
                 pass
             if proc.poll() is not None:
-                pytest.fail(f"make lab exited early:\n{log.read_text()[-3000:]}")
+                pytest.fail(f"the lab exited early:\n{log.read_text()[-3000:]}")
             time.sleep(0.5)
         else:
-            pytest.fail(f"make lab printed no address that answers within 120 s:\n{log.read_text()[-3000:]}")
+            pytest.fail(f"the lab did not answer within {tries // 2} s:\n{log.read_text()[-3000:]}")
         yield base, token, log
     finally:
         if proc.poll() is None:
